@@ -1,0 +1,29 @@
+"""Framework-free rules shared by `jaxgrpo` and `torchref`.
+
+Both implementations check their arguments with these functions, so a bad input gets
+the same error, with the same words, whichever framework the user calls. Nothing here
+imports JAX or PyTorch: the checks look at shapes (tuples) and at plain Python scalars.
+"""
+
+from grpospec.checks import (
+    AGG_MODES,
+    check_bandit,
+    check_grpo_loss,
+    check_group_rewards,
+    check_positive_int,
+    scalar_or_none,
+)
+from grpospec.config import COMPLETION_LENGTH, METRIC_NAMES, VOCAB_SIZE, CountingConfig
+
+__all__ = [
+    "AGG_MODES",
+    "COMPLETION_LENGTH",
+    "METRIC_NAMES",
+    "VOCAB_SIZE",
+    "CountingConfig",
+    "check_bandit",
+    "check_grpo_loss",
+    "check_group_rewards",
+    "check_positive_int",
+    "scalar_or_none",
+]

@@ -1,0 +1,109 @@
+"""Argument checks with one wording for both frameworks.
+
+Every function takes shapes as tuples of ints and scalars as Python numbers (or ``None``
+when the value is not known yet, e.g. a JAX tracer under ``jit``), and raises
+``ValueError`` / ``TypeError`` naming the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+AGG_MODES = ("token", "seq")
+
+
+def scalar_or_none(x: Any) -> float | None:
+    """``float(x)`` when ``x`` is a concrete scalar, ``None`` when it is not known yet.
+
+    JAX tracers raise on conversion; we then skip value checks (shapes are still checked).
+    """
+    if isinstance(x, bool):
+        raise TypeError(f"expected a number, got bool {x!r}")
+    if isinstance(x, (int, float)):
+        return float(x)
+    try:
+        return float(x)
+    except Exception:  # a tracer under jit, or an array with more than one element
+        return None
+
+
+def _shape_str(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` must be an ``int`` >= 1 (numpy ints accepted, bools and floats not)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int >= 1, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value}")
+    return value
+
+
+def check_bandit(theta_shape: Sequence[int], rewards_shape: Sequence[int]) -> None:
+    """theta and rewards are both 1-D of the same length K >= 1."""
+    if len(theta_shape) != 1:
+        raise ValueError(f"theta must be 1-D (K,), got shape {_shape_str(theta_shape)}")
+    if tuple(rewards_shape) != tuple(theta_shape):
+        raise ValueError(
+            f"rewards must have the shape of theta {_shape_str(theta_shape)}, "
+            f"got {_shape_str(rewards_shape)}"
+        )
+    if theta_shape[0] < 1:
+        raise ValueError("theta must hold at least one action, got K = 0")
+
+
+def check_group_rewards(rewards_shape: Sequence[int], eps: Any) -> None:
+    """rewards is 2-D (B, G) with G >= 1; eps >= 0."""
+    if len(rewards_shape) != 2:
+        raise ValueError(
+            f"rewards must be 2-D (B prompts, G samples), got shape {_shape_str(rewards_shape)}"
+        )
+    if rewards_shape[1] < 1:
+        raise ValueError(f"rewards must have at least one sample per group, got G = {rewards_shape[1]}")
+    e = scalar_or_none(eps)
+    if e is not None and not (e >= 0 and math.isfinite(e)):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+
+
+def check_grpo_loss(
+    logp_new: Sequence[int],
+    logp_old: Sequence[int],
+    logp_ref: Sequence[int],
+    adv: Sequence[int],
+    mask: Sequence[int],
+    clip_eps: Any,
+    beta: Any,
+    agg: Any,
+    clip_eps_high: Any,
+) -> None:
+    """Shapes: logp_* and mask (N, T), adv (N,). clip_eps in (0, 1), clip_eps_high > 0,
+    beta >= 0, agg one of ``AGG_MODES``."""
+    if len(logp_new) != 2:
+        raise ValueError(f"logp_new must be 2-D (N, T), got shape {_shape_str(logp_new)}")
+    for name, shape in (("logp_old", logp_old), ("logp_ref", logp_ref), ("mask", mask)):
+        if tuple(shape) != tuple(logp_new):
+            raise ValueError(
+                f"{name} must have the shape of logp_new {_shape_str(logp_new)}, "
+                f"got {_shape_str(shape)}"
+            )
+    if tuple(adv) != (logp_new[0],):
+        raise ValueError(
+            f"adv must be 1-D with one advantage per sequence, shape ({logp_new[0]},), "
+            f"got {_shape_str(adv)}"
+        )
+    if not isinstance(agg, str) or agg not in AGG_MODES:
+        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
+    c = scalar_or_none(clip_eps)
+    if c is not None and not (0.0 < c < 1.0):
+        raise ValueError(f"clip_eps must lie in (0, 1), got {clip_eps!r}")
+    if clip_eps_high is not None:
+        h = scalar_or_none(clip_eps_high)
+        if h is not None and not (h > 0.0 and math.isfinite(h)):
+            raise ValueError(f"clip_eps_high must be a finite number > 0 (or None), got {clip_eps_high!r}")
+    b = scalar_or_none(beta)
+    if b is not None and not (b >= 0.0 and math.isfinite(b)):
+        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")

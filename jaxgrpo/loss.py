@@ -1,0 +1,134 @@
+"""The clipped GRPO loss (SPEC section 3) and its diagnostics in JAX.
+
+Masked positions may hold anything (inf, NaN): every input is replaced by 0 there
+*before* any exponential, so they reach neither the loss nor a gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from grpospec import check_grpo_loss
+from jaxgrpo._arrays import as_array, as_float_array
+
+
+def selective_log_softmax(logits: jax.Array, index: jax.Array) -> jax.Array:
+    """``log_softmax(logits)[..., index]``: gather minus logsumexp, in float32.
+
+    Args:
+      logits: (..., V).
+      index: (...) integer token ids.
+    Returns:
+      (...) float32 log-probs (float64 if ``logits`` is float64).
+
+    >>> import jax.numpy as jnp
+    >>> round(float(selective_log_softmax(jnp.zeros((1, 4)), jnp.array([2]))[0]), 4)
+    -1.3863
+    """
+    logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+    picked = jnp.take_along_axis(logits, index[..., None], axis=-1)[..., 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
+def k3_kl(logp_new: jax.Array, logp_ref: jax.Array) -> jax.Array:
+    """Per-token k3 estimator ``exp(ref - new) - (ref - new) - 1`` (>= 0, 0 iff equal).
+
+    >>> import jax.numpy as jnp
+    >>> float(k3_kl(jnp.array(0.0), jnp.array(0.0)))
+    0.0
+    """
+    d = logp_ref - logp_new
+    return jnp.exp(d) - d - 1
+
+
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean of ``x`` over positions where ``mask != 0`` (0 when there are none)."""
+    valid = mask != 0
+    return jnp.sum(jnp.where(valid, x, 0)) / jnp.maximum(jnp.sum(valid), 1)
+
+
+@functools.partial(jax.jit, static_argnames=("agg",))
+def _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high):
+    valid = mask != 0
+    dtype = logp_new.dtype
+    new = jnp.where(valid, logp_new, 0)
+    old = jnp.where(valid, jax.lax.stop_gradient(logp_old).astype(dtype), 0)
+    ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 0)
+    a = jax.lax.stop_gradient(adv).astype(dtype)[:, None]
+
+    ratio = jnp.exp(new - old)
+    surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - clip_eps, 1 + eps_high) * a)
+    per_token = jnp.where(valid, -(surrogate - beta * k3_kl(new, ref)), 0)
+
+    w = valid.astype(dtype)
+    if agg == "token":
+        return jnp.sum(per_token) / jnp.maximum(jnp.sum(w), 1)
+    return jnp.mean(jnp.sum(per_token, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1))
+
+
+def grpo_loss(
+    logp_new: jax.Array,
+    logp_old: jax.Array,
+    logp_ref: jax.Array,
+    adv: jax.Array,
+    mask: jax.Array,
+    clip_eps: float = 0.2,
+    beta: float = 0.0,
+    agg: str = "token",
+    clip_eps_high: float | None = None,
+) -> jax.Array:
+    """The clipped GRPO loss with a k3 KL penalty.
+
+    ``ratio = exp(new - old)``;
+    ``per_token = -(min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A) - beta k3)``.
+    ``agg="token"``: ``sum(per_token mask) / sum(mask)`` (DAPO).
+    ``agg="seq"``: mean over rows of ``sum_t(per_token mask) / sum_t(mask)`` (GRPO).
+
+    ``logp_old``, ``logp_ref`` and ``adv`` are constants (``stop_gradient``). ``agg`` is
+    static; the rest may be traced, so the function works under ``jax.jit``/``vmap``.
+    Degenerate cases: a row with no valid token contributes 0 to the ``"seq"`` mean (it
+    still counts in the number of rows, as in TRL); a batch with no valid token at all
+    gives a loss of exactly 0 with zero gradient.
+
+    Args:
+      logp_new: (N, T) per-token log-probs under the policy being trained.
+      logp_old: (N, T) under the sampling policy.
+      logp_ref: (N, T) under the reference policy.
+      adv: (N,) one advantage per sequence.
+      mask: (N, T) nonzero where the token is a real response token.
+      clip_eps: eps_low, in (0, 1).
+      beta: KL weight, >= 0.
+      agg: ``"token"`` or ``"seq"``.
+      clip_eps_high: eps_high (> 0); ``None`` means ``clip_eps``.
+    Returns:
+      a scalar of ``logp_new``'s dtype.
+
+    >>> import jax.numpy as jnp
+    >>> lp = jnp.zeros((1, 3))
+    >>> float(grpo_loss(lp, lp, lp, jnp.ones(1), jnp.ones((1, 3))))
+    -1.0
+    """
+    logp_new = as_float_array("logp_new", logp_new)
+    logp_old, logp_ref = as_array("logp_old", logp_old), as_array("logp_ref", logp_ref)
+    adv, mask = as_array("adv", adv), as_array("mask", mask)
+    check_grpo_loss(logp_new.shape, logp_old.shape, logp_ref.shape, adv.shape, mask.shape,
+                    clip_eps, beta, agg, clip_eps_high)
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    return _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high)
+
+
+def clip_fraction(
+    logp_new: jax.Array,
+    logp_old: jax.Array,
+    mask: jax.Array,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+) -> jax.Array:
+    """Share of valid tokens whose ratio ``exp(new - old)`` lies outside the clip band."""
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = jnp.exp(jnp.where(mask != 0, logp_new - logp_old, 0))
+    outside = (ratio < 1 - clip_eps) | (ratio > 1 + eps_high)
+    return masked_mean(outside.astype(logp_new.dtype), mask)

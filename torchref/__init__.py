@@ -1,0 +1,28 @@
+"""torchref: the PyTorch reference of jaxgrpo's math (see SPEC.md). Plain and readable."""
+
+from torchref.advantages import group_advantages
+from torchref.bandit import exact_policy_gradient, reinforce_gradient
+from torchref.counting import (
+    CounterPolicy,
+    counting_reward,
+    grpo_update,
+    token_entropy,
+    train_counting,
+)
+from torchref.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, selective_log_softmax
+
+__all__ = [
+    "CounterPolicy",
+    "clip_fraction",
+    "counting_reward",
+    "exact_policy_gradient",
+    "group_advantages",
+    "grpo_loss",
+    "grpo_update",
+    "k3_kl",
+    "masked_mean",
+    "reinforce_gradient",
+    "selective_log_softmax",
+    "token_entropy",
+    "train_counting",
+]

@@ -1,0 +1,120 @@
+"""The clipped GRPO loss (SPEC section 3) and its diagnostics, plain PyTorch.
+
+Masked positions may hold anything (inf, NaN): every input is replaced by 0 there
+*before* any exponential, so they reach neither the loss nor a gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpospec import check_grpo_loss
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[..., index]``: gather minus logsumexp, in float32.
+
+    Args:
+      logits: (..., V).
+      index: (...) integer token ids.
+    Returns:
+      (...) float32 log-probs.
+    """
+    logits = logits.float()
+    picked = logits.gather(-1, index[..., None]).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def k3_kl(logp_new: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator ``exp(ref - new) - (ref - new) - 1`` (>= 0, 0 iff equal)."""
+    d = logp_ref - logp_new
+    return torch.exp(d) - d - 1
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask != 0`` (0 when there are none)."""
+    valid = mask != 0
+    x = torch.where(valid, x, torch.zeros_like(x))
+    return x.sum() / valid.sum().clamp(min=1)
+
+
+def _check(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, clip_eps_high):
+    for name, x in (("logp_new", logp_new), ("logp_old", logp_old), ("logp_ref", logp_ref),
+                    ("adv", adv), ("mask", mask)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not logp_new.dtype.is_floating_point:
+        raise TypeError(f"logp_new must be a floating-point tensor, got dtype {logp_new.dtype}")
+    check_grpo_loss(tuple(logp_new.shape), tuple(logp_old.shape), tuple(logp_ref.shape),
+                    tuple(adv.shape), tuple(mask.shape), clip_eps, beta, agg, clip_eps_high)
+
+
+def grpo_loss(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    beta: float = 0.0,
+    agg: str = "token",
+    clip_eps_high: float | None = None,
+) -> torch.Tensor:
+    """The clipped GRPO loss with a k3 KL penalty.
+
+    ``ratio = exp(new - old)``;
+    ``per_token = -(min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A) - beta k3)``.
+    ``agg="token"``: ``sum(per_token mask) / sum(mask)`` (DAPO).
+    ``agg="seq"``: mean over rows of ``sum_t(per_token mask) / sum_t(mask)`` (GRPO).
+
+    Degenerate cases: a row with no valid token contributes 0 to the ``"seq"`` mean (it
+    still counts in the number of rows, as in TRL); a batch with no valid token at all
+    gives a loss of exactly 0 with zero gradient.
+
+    Args:
+      logp_new: (N, T) per-token log-probs under the policy being trained.
+      logp_old: (N, T) under the sampling policy; treated as a constant.
+      logp_ref: (N, T) under the reference policy; treated as a constant.
+      adv: (N,) one advantage per sequence.
+      mask: (N, T) nonzero where the token is a real response token.
+      clip_eps: eps_low, in (0, 1).
+      beta: KL weight, >= 0.
+      agg: ``"token"`` or ``"seq"``.
+      clip_eps_high: eps_high (> 0); ``None`` means ``clip_eps``.
+    Returns:
+      a scalar tensor of ``logp_new``'s dtype.
+    """
+    _check(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, clip_eps_high)
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    valid = mask != 0
+    zero = torch.zeros((), dtype=logp_new.dtype, device=logp_new.device)
+    new = torch.where(valid, logp_new, zero)
+    old = torch.where(valid, logp_old.detach().to(logp_new.dtype), zero)
+    ref = torch.where(valid, logp_ref.detach().to(logp_new.dtype), zero)
+    a = adv.detach().to(logp_new.dtype)[:, None]
+
+    ratio = torch.exp(new - old)
+    surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + eps_high) * a)
+    per_token = -(surrogate - beta * k3_kl(new, ref))
+    per_token = torch.where(valid, per_token, zero)
+
+    w = valid.to(logp_new.dtype)
+    if agg == "token":
+        return per_token.sum() / w.sum().clamp(min=1)
+    return (per_token.sum(dim=1) / w.sum(dim=1).clamp(min=1)).mean()
+
+
+def clip_fraction(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+) -> torch.Tensor:
+    """Share of valid tokens whose ratio ``exp(new - old)`` lies outside the clip band."""
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    valid = mask != 0
+    zero = torch.zeros((), dtype=logp_new.dtype)
+    ratio = torch.exp(torch.where(valid, logp_new - logp_old, zero))
+    outside = (ratio < 1 - clip_eps) | (ratio > 1 + eps_high)
+    return masked_mean(outside.to(logp_new.dtype), mask)
