@@ -8,8 +8,8 @@ imports JAX or PyTorch: the checks look at shapes (tuples) and at plain Python s
 from grpospec.checks import (
     AGG_MODES,
     check_bandit,
-    check_grpo_loss,
     check_group_rewards,
+    check_grpo_loss,
     check_positive_int,
     scalar_or_none,
 )

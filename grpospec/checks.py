@@ -63,7 +63,8 @@ def check_group_rewards(rewards_shape: Sequence[int], eps: Any) -> None:
             f"rewards must be 2-D (B prompts, G samples), got shape {_shape_str(rewards_shape)}"
         )
     if rewards_shape[1] < 1:
-        raise ValueError(f"rewards must have at least one sample per group, got G = {rewards_shape[1]}")
+        raise ValueError(
+            f"rewards must have at least one sample per group, got G = {rewards_shape[1]}")
     e = scalar_or_none(eps)
     if e is not None and not (e >= 0 and math.isfinite(e)):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
@@ -103,7 +104,8 @@ def check_grpo_loss(
     if clip_eps_high is not None:
         h = scalar_or_none(clip_eps_high)
         if h is not None and not (h > 0.0 and math.isfinite(h)):
-            raise ValueError(f"clip_eps_high must be a finite number > 0 (or None), got {clip_eps_high!r}")
+            raise ValueError(
+                f"clip_eps_high must be a finite number > 0 (or None), got {clip_eps_high!r}")
     b = scalar_or_none(beta)
     if b is not None and not (b >= 0.0 and math.isfinite(b)):
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")

@@ -52,7 +52,8 @@ class CounterPolicy(nn.Module):
         out = []
         for t in range(self.length):
             logits = self.step_logits(prev, t)
-            prev = torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator)[:, 0]
+            probs = torch.softmax(logits.float(), -1)
+            prev = torch.multinomial(probs, 1, generator=generator)[:, 0]
             out.append(prev)
         return torch.stack(out, dim=1)
 

@@ -1,0 +1,179 @@
+"""The counting task in both frameworks: same weights -> same logits, same update, both learn."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+import jaxgrpo
+import torchref
+from grpospec import METRIC_NAMES, CountingConfig
+
+V, L = 8, 5
+
+
+def _all_inputs():
+    """Every (prompt, completion) pair: 8 * 8^5 = 262,144 rows."""
+    grid = np.array(list(itertools.product(range(V), repeat=L + 1)), dtype=np.int64)
+    return grid[:, 0], grid[:, 1:]
+
+
+def _torch_policy(seed: int) -> torchref.CounterPolicy:
+    torch.manual_seed(seed)
+    policy = torchref.CounterPolicy()
+    with torch.no_grad():  # move away from the near-uniform init so differences would show
+        for p in policy.parameters():
+            p.normal_(0.0, 1.0)
+    return policy
+
+
+def test_weights_convert_both_ways_and_give_the_same_logits_on_every_input():
+    prompts, completions = _all_inputs()
+    t_policy = _torch_policy(0)
+    j_policy = jaxgrpo.load_torch_state_dict(jaxgrpo.CounterPolicy(rngs=nnx.Rngs(1)),
+                                             t_policy.state_dict())
+    with torch.no_grad():
+        t_logits = t_policy(torch.from_numpy(prompts), torch.from_numpy(completions)).numpy()
+        t_logp = t_policy.token_logprobs(torch.from_numpy(prompts),
+                                         torch.from_numpy(completions)).numpy()
+    j_logits = np.asarray(j_policy(jnp.asarray(prompts), jnp.asarray(completions)))
+    j_logp = np.asarray(j_policy.token_logprobs(jnp.asarray(prompts), jnp.asarray(completions)))
+    np.testing.assert_allclose(j_logits, t_logits, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(j_logp, t_logp, rtol=0, atol=2e-6)
+
+    with torch.no_grad():  # the JAX copy must not alias torch's memory
+        t_policy.tok_emb.weight.add_(1.0)
+    np.testing.assert_allclose(np.asarray(j_policy(jnp.asarray(prompts[:4]),
+                                                   jnp.asarray(completions[:4]))),
+                               t_logits[:4], atol=1e-6)
+    with torch.no_grad():
+        t_policy.tok_emb.weight.sub_(1.0)
+
+    back = torchref.CounterPolicy()
+    back.load_state_dict(jaxgrpo.torch_state_dict(j_policy))
+    for name, tensor in t_policy.state_dict().items():
+        np.testing.assert_allclose(back.state_dict()[name].numpy(), tensor.numpy(), atol=1e-6)
+
+
+def test_bad_state_dict_gets_a_clear_error():
+    model = jaxgrpo.CounterPolicy(rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="state_dict must have keys"):
+        jaxgrpo.load_torch_state_dict(model, {"head.weight": torch.zeros(8, 8)})
+    with pytest.raises(ValueError, match=r"state_dict\['tok_emb.weight'\] must have shape"):
+        jaxgrpo.load_torch_state_dict(
+            model, {"tok_emb.weight": torch.zeros(4, 8), "pos_emb.weight": torch.zeros(5, 8)})
+
+
+def test_sampling_draws_from_the_policy(impl):
+    """First-token frequencies over 40,000 draws match softmax(logits) within 4 std errors,
+    and second tokens follow the conditional of the sampled first token."""
+    t_policy = _torch_policy(3)
+    n = 40_000
+    prompts = np.full(n, 5)
+    if impl.name == "jax":
+        j_policy = jaxgrpo.load_torch_state_dict(jaxgrpo.CounterPolicy(rngs=nnx.Rngs(0)),
+                                                 t_policy.state_dict())
+        tokens, logps = jaxgrpo.sample_completions(j_policy, jnp.asarray(prompts),
+                                                   jax.random.key(0))
+        tokens = np.asarray(tokens)
+        np.testing.assert_allclose(
+            np.asarray(logps),
+            np.asarray(j_policy.token_logprobs(jnp.asarray(prompts), jnp.asarray(tokens))),
+            atol=1e-6)
+    else:
+        tokens = t_policy.sample(torch.from_numpy(prompts),
+                                 torch.Generator().manual_seed(0)).numpy()
+    assert tokens.shape == (n, L)
+    w = t_policy.state_dict()
+    probs = lambda prev, t: torch.softmax(w["tok_emb.weight"][prev] + w["pos_emb.weight"][t],  # noqa: E731
+                                          -1).numpy()
+    p0 = probs(5, 0)
+    freq0 = np.bincount(tokens[:, 0], minlength=V) / n
+    assert np.all(np.abs(freq0 - p0) < 4 * np.sqrt(p0 * (1 - p0) / n) + 1e-4)
+    first = int(np.argmax(p0))
+    rows = tokens[tokens[:, 0] == first]
+    p1 = probs(first, 1)
+    freq1 = np.bincount(rows[:, 1], minlength=V) / len(rows)
+    assert np.all(np.abs(freq1 - p1) < 4 * np.sqrt(p1 * (1 - p1) / len(rows)) + 1e-4)
+
+
+@pytest.mark.parametrize("cfg", [
+    CountingConfig(),
+    CountingConfig(agg="seq", std_norm=False, clip_eps=0.1, clip_eps_high=0.3, beta=0.1,
+                   learning_rate=0.2, inner_epochs=3),
+], ids=["default", "variants"])
+def test_one_grpo_update_leaves_the_same_parameters(cfg):
+    """Identical weights and rollouts (sampled once, fed to both): reward, advantages,
+    ``inner_epochs`` Adam steps. Parameters agree within 1e-5 (float32 throughout), and so
+    do the step's metrics."""
+    t_policy = _torch_policy(7)
+    t_ref = _torch_policy(8).requires_grad_(False)
+    j_policy = jaxgrpo.load_torch_state_dict(jaxgrpo.CounterPolicy(rngs=nnx.Rngs(0)),
+                                             t_policy.state_dict())
+    j_ref = jaxgrpo.load_torch_state_dict(jaxgrpo.CounterPolicy(rngs=nnx.Rngs(0)),
+                                          t_ref.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, V, (cfg.n_prompts,), generator=gen).repeat_interleave(
+        cfg.group_size)
+    completions = t_policy.sample(prompts, gen)
+    # plant a few correct answers so every group has reward variance
+    completions[:: cfg.group_size] = (prompts[:: cfg.group_size, None]
+                                      + torch.arange(1, L + 1)) % V
+
+    import optax
+    t_opt = torch.optim.Adam(t_policy.parameters(), lr=cfg.learning_rate)
+    j_opt = nnx.Optimizer(j_policy, optax.adam(cfg.learning_rate), wrt=nnx.Param)
+    before = {k: v.clone() for k, v in t_policy.state_dict().items()}
+    t_metrics = torchref.grpo_update(t_policy, t_ref, t_opt, prompts, completions, cfg)
+    j_metrics = jaxgrpo.grpo_update(j_policy, j_opt, j_ref, jnp.asarray(prompts.numpy()),
+                                    jnp.asarray(completions.numpy()), cfg)
+    after_jax = jaxgrpo.torch_state_dict(j_policy)
+    for name, tensor in t_policy.state_dict().items():
+        assert not torch.allclose(tensor, before[name])  # the update did something
+        np.testing.assert_allclose(after_jax[name].numpy(), tensor.numpy(), atol=1e-5,
+                                   err_msg=name)
+    assert set(j_metrics) == set(t_metrics) == set(METRIC_NAMES)
+    for k in METRIC_NAMES:
+        np.testing.assert_allclose(float(j_metrics[k]), t_metrics[k], atol=1e-5, err_msg=k)
+    assert t_metrics["clip_frac"] > 0  # the later epochs are off-policy: clipping acted
+
+
+def test_jax_learns_on_several_seeds_at_once():
+    metrics = jaxgrpo.train_counting(seeds=[11, 12, 13, 14])
+    reward = metrics["mean_reward"]
+    assert reward.shape == (4, 80)
+    assert np.all(reward[:, 0] < 0.3)
+    assert np.all(reward[:, -5:].mean(axis=1) > 0.7), reward[:, -5:].mean(axis=1)
+    for k in METRIC_NAMES:
+        assert metrics[k].shape == (4, 80) and np.all(np.isfinite(metrics[k])), k
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_torch_learns_on_several_seeds(seed):
+    reward = torchref.train_counting(seed=seed)["mean_reward"]
+    assert reward[0] < 0.3 and reward[-5:].mean() > 0.7
+
+
+def test_vmapped_seed_equals_the_single_run():
+    single = jaxgrpo.train_counting(seed=5, steps=20)
+    batched = jaxgrpo.train_counting(seed=0, steps=20, seeds=[9, 5])
+    for k in METRIC_NAMES:
+        np.testing.assert_allclose(batched[k][1], single[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert not np.allclose(batched["mean_reward"][0], single["mean_reward"])
+
+
+def test_bad_training_arguments_get_clear_errors():
+    with pytest.raises(ValueError, match="agg must be one of"):
+        jaxgrpo.train_counting(agg="mean")
+    with pytest.raises(ValueError, match="steps must be an int >= 1"):
+        torchref.train_counting(steps=0)
+    with pytest.raises(ValueError, match="seeds must be an int >= 1"):
+        jaxgrpo.train_counting(seeds=0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        jaxgrpo.train_counting(learning_rat=0.1)

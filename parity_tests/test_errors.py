@@ -1,0 +1,110 @@
+"""Bad input gets a clear error naming the argument; degenerate cases are defined.
+
+The rules live in ``grpospec`` and both implementations call them, so the same bad
+input raises the same exception with the same words in either framework.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parity_tests.impls import IMPLS
+
+Z23, Z2, ONES23 = np.zeros((2, 3)), np.zeros(2), np.ones((2, 3))
+
+
+def _loss(*, logp_new=Z23, logp_old=Z23, logp_ref=Z23, adv=Z2, mask=ONES23, **kw):
+    return ("grpo_loss", (logp_new, logp_old, logp_ref, adv, mask), kw)
+
+
+CASES = {
+    "adv-not-N": (_loss(adv=np.zeros((2, 1))), ValueError, r"adv must be 1-D .*\(2,\)"),
+    "adv-wrong-N": (_loss(adv=np.zeros(3)), ValueError, r"adv must be 1-D"),
+    "mask-shape": (_loss(mask=np.ones((2, 4))), ValueError, r"mask must have the shape"),
+    "logp_old-shape": (_loss(logp_old=np.zeros((3, 3))), ValueError, r"logp_old must have"),
+    "logp_new-rank": (_loss(logp_new=np.zeros(3)), ValueError, r"logp_new must be 2-D"),
+    "agg-unknown": (_loss(agg="mean"), ValueError, r"agg must be one of \('token', 'seq'\)"),
+    "clip_eps-zero": (_loss(clip_eps=0.0), ValueError, r"clip_eps must lie in \(0, 1\)"),
+    "clip_eps-big": (_loss(clip_eps=1.5), ValueError, r"clip_eps must lie in \(0, 1\)"),
+    "clip_eps_high-neg": (_loss(clip_eps_high=-0.1), ValueError, r"clip_eps_high must be"),
+    "beta-negative": (_loss(beta=-0.1), ValueError, r"beta must be a finite number >= 0"),
+    "rewards-1d": (("group_advantages", (np.zeros(4),), {}), ValueError, r"rewards must be 2-D"),
+    "rewards-3d": (("group_advantages", (np.zeros((2, 2, 2)),), {}), ValueError,
+                   r"rewards must be 2-D"),
+    "rewards-G0": (("group_advantages", (np.zeros((2, 0)),), {}), ValueError,
+                   r"at least one sample per group"),
+    "eps-negative": (("group_advantages", (np.zeros((2, 2)),), {"eps": -1.0}), ValueError,
+                     r"eps must be"),
+    "theta-2d": (("exact_policy_gradient", (np.zeros((2, 2)), np.zeros((2, 2))), {}),
+                 ValueError, r"theta must be 1-D"),
+    "bandit-mismatch": (("exact_policy_gradient", (np.zeros(3), np.zeros(4)), {}), ValueError,
+                        r"rewards must have the shape of theta"),
+    "n-zero": (("reinforce_gradient", (np.zeros(3), np.zeros(3), 0, 0.0, "RNG"), {}),
+               ValueError, r"n must be an int >= 1, got 0"),
+    "n-float": (("reinforce_gradient", (np.zeros(3), np.zeros(3), 2.5, 0.0, "RNG"), {}),
+                TypeError, r"n must be an int >= 1"),
+    "rng-wrong": (("reinforce_gradient", (np.zeros(3), np.zeros(3), 4, 0.0, 7), {}),
+                  TypeError, r"rng must be"),
+}
+
+
+def _call(impl, case):
+    name, args, kw = case
+    conv = [impl.rng(0) if isinstance(a, str) and a == "RNG"
+            else impl.array(a) if isinstance(a, np.ndarray) else a for a in args]
+    return getattr(impl.mod, name)(*conv, **kw)
+
+
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_bad_input_gets_a_clear_error(impl, case_id):
+    case, exc, match = CASES[case_id]
+    with pytest.raises(exc, match=match):
+        _call(impl, case)
+
+
+@pytest.mark.parametrize("case_id", [c for c in CASES if c != "rng-wrong"])
+def test_both_implementations_raise_the_same_error(case_id):
+    case, exc, _ = CASES[case_id]
+    messages = []
+    for impl in IMPLS.values():
+        with pytest.raises(exc) as info:
+            _call(impl, case)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+def test_seq_mode_row_without_valid_tokens_contributes_zero(impl):
+    # Row 0: identical policies, A = 2 -> per-row loss -2. Row 1 has no valid token
+    # (and garbage log-probs): it adds 0 and still counts as a row -> -2 / 2 = -1.
+    new = np.array([[0.0, 0.0], [np.nan, np.inf]])
+    old = np.array([[0.0, 0.0], [np.inf, np.nan]])
+    mask = np.array([[1.0, 1.0], [0.0, 0.0]])
+    loss, grad = impl.loss_and_grad(new, old, old, np.array([2.0, 5.0]), mask, agg="seq")
+    assert loss == pytest.approx(-1.0)
+    np.testing.assert_allclose(grad, [[-0.5, -0.5], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("agg", ["token", "seq"])
+def test_batch_without_valid_tokens_gives_zero_loss_and_gradient(impl, agg):
+    new = np.full((2, 3), np.nan)
+    loss, grad = impl.loss_and_grad(new, new, new, np.ones(2), np.zeros((2, 3)), agg=agg,
+                                    beta=0.1)
+    assert loss == 0.0
+    assert np.all(grad == 0.0)
+
+
+@pytest.mark.parametrize("std_norm", [True, False])
+def test_group_of_size_one_gets_zero_advantage(impl, std_norm):
+    adv = impl.numpy(impl.mod.group_advantages(impl.array([[3.0], [-1.0]]), std_norm=std_norm))
+    assert adv.shape == (2, 1) and np.all(adv == 0.0)
+
+
+def test_masks_of_any_numeric_dtype_mean_the_same(impl):
+    new, old = np.array([[0.1, -0.2, 0.3]]), np.zeros((1, 3))
+    as_float, g_float = impl.loss_and_grad(new, old, old, np.ones(1), np.array([[1.0, 1.0, 0.0]]))
+    mask = np.array([[True, True, False]])
+    args = [impl.array(a) for a in (new, old, old, np.ones(1))]
+    as_bool = impl.mod.grpo_loss(*args, impl.array(mask, dtype=bool))
+    assert float(impl.numpy(as_bool)) == pytest.approx(as_float)
+    assert g_float[0, 2] == 0.0

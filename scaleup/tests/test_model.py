@@ -1,0 +1,135 @@
+"""Sampling, the response mask, log-probs and LoRA on the tiny Qwen2 model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scaleup.logprobs import completion_logprobs, position_ids
+from scaleup.modeling import add_lora
+from scaleup.rollout import response_mask, sample_rollouts, sampling_config
+from scaleup.tasks import Problem
+from scaleup.tests.conftest import small_cfg
+from scaleup.tiny import IM_END, tiny_qwen2
+
+CPU = torch.device("cpu")
+PROBLEMS = [Problem("What is 3 + 4?", "7"), Problem("Hi", "")]
+
+
+def _first_stop_mask(ids, stops):
+    """The response mask written out with Python loops (a second implementation)."""
+    out = []
+    for row in ids.tolist():
+        m, ended = [], False
+        for t in row:
+            m.append(0.0 if ended else 1.0)
+            ended = ended or t in stops
+        out.append(m)
+    return torch.tensor(out)
+
+
+def test_mask_stops_after_the_first_end_of_turn_token(tokenizer):
+    eot = tokenizer.convert_tokens_to_ids(IM_END)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[5, 7, eot, 9, eot, pad],   # stop at 2: later tokens are out
+                        [eot, 1, 2, 3, 4, 5],       # stop first: only the stop token
+                        [1, 2, 3, 4, 5, 6]])        # no stop: truncated, all in
+    expected = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1.]])
+    assert torch.equal(response_mask(ids, [eot]), expected)
+
+
+def test_sampled_mask_and_truncation(policy, tokenizer):
+    model, stops = policy
+    torch.manual_seed(0)
+    # make the end-of-turn token likely (embeddings are tied to the head) so that some
+    # rows stop early and others do not
+    with torch.no_grad():
+        emb = model.get_base_model().get_input_embeddings().weight
+        emb[stops[0]] = emb.std() * 3
+    roll = sample_rollouts(model, tokenizer, PROBLEMS * 4, 4, 12, stops, CPU)
+    expected = _first_stop_mask(roll.completion_ids, stops)
+    assert torch.equal(roll.response_mask, expected)
+    has_stop = torch.isin(roll.completion_ids, torch.tensor(stops)).any(1)
+    assert torch.equal(roll.truncated, ~has_stop)
+    assert 0 < int(roll.truncated.sum()) < len(roll.truncated)  # both kinds occur
+
+
+def test_generate_samples_from_the_policy_itself(policy, tokenizer):
+    """Processed scores equal the raw logits (no top-k/top-p/temperature warping) even
+    when the model's generation config asks for Qwen-Instruct's warpers, and the
+    training forward's log-probs equal generate's."""
+    model, stops = policy
+    gc = model.generation_config
+    gc.top_k, gc.top_p, gc.temperature, gc.repetition_penalty = 20, 0.8, 0.7, 1.05
+    enc = tokenizer(["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "a"],
+                    padding=True, padding_side="left", return_tensors="pt")
+    cfg = sampling_config(10, stops, tokenizer.pad_token_id)
+    cfg.output_logits = cfg.output_scores = cfg.return_dict_in_generate = True
+    torch.manual_seed(0)
+    out = model.generate(**enc, generation_config=cfg)
+    comp = out.sequences[:, enc["input_ids"].shape[1]:]
+    mask = response_mask(comp, stops)
+    raw = torch.log_softmax(torch.stack(out.logits, 1).float(), -1)
+    processed = torch.log_softmax(torch.stack(out.scores, 1).float(), -1)
+    finite = torch.isfinite(processed).all()
+    assert finite, "a warper masked tokens out"
+    torch.testing.assert_close(processed, raw, rtol=0, atol=1e-5)
+    lp_gen = raw.gather(-1, comp[..., None])[..., 0]
+    lp, _ = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], comp, mask,
+                                chunk=3)
+    torch.testing.assert_close(lp * mask, lp_gen * mask, rtol=0, atol=1e-4)
+
+
+def test_chunked_logprobs_equal_the_full_logits(policy):
+    """Second implementation: the model's ordinary forward, full fp32 logits."""
+    model, _ = policy
+    g = torch.Generator().manual_seed(1)
+    p_ids = torch.randint(0, 256, (3, 5), generator=g)
+    p_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+    c_ids = torch.randint(0, 256, (3, 7), generator=g)
+    c_mask = torch.ones(3, 7)
+    lp, ent = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, chunk=2,
+                                  with_entropy=True)
+    attn = torch.cat([p_mask, c_mask.long()], 1)
+    logits = model(input_ids=torch.cat([p_ids, c_ids], 1), attention_mask=attn,
+                   position_ids=position_ids(attn)).logits[:, 4:-1].double()
+    want = torch.log_softmax(logits, -1).gather(-1, c_ids[..., None])[..., 0]
+    torch.testing.assert_close(lp.double(), want, rtol=0, atol=1e-5)
+    p = torch.softmax(logits, -1)
+    torch.testing.assert_close(ent.double(), -(p * p.log()).sum(-1), rtol=0, atol=1e-5)
+
+
+def test_disabled_adapter_equals_the_base_model(tokenizer):
+    base = tiny_qwen2(0, tokenizer)  # an independent copy with the same weights
+    model = add_lora(tiny_qwen2(0, tokenizer), small_cfg())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = base(input_ids=ids).logits
+        with_adapter = model(input_ids=ids).logits
+        with model.disable_adapter():
+            without = model(input_ids=ids).logits
+    assert (with_adapter - want).abs().max() > 1e-2  # the adapter does something
+    assert torch.equal(without, want)
+
+
+def test_fresh_adapter_starts_as_the_base_model(tokenizer):
+    base = tiny_qwen2(0, tokenizer)
+    model = add_lora(tiny_qwen2(0, tokenizer), small_cfg())
+    ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, base(input_ids=ids).logits,
+                                   rtol=0, atol=1e-6)
+    n_lora = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad)
+    assert n_lora > 0
+    assert all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                  "up_proj", "down_proj"])
+def test_lora_on_all_linear_layers(policy, name):
+    model, _ = policy
+    assert any(f"{name}.lora_A" in n for n, _ in model.named_parameters())

@@ -1,0 +1,175 @@
+"""The checker, the arithmetic generator and the GSM8K reader."""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scaleup.tasks import (
+    ArithmeticTask,
+    DatasetTask,
+    TaskError,
+    check_answer,
+    exploit_flags,
+    extract_boxed,
+    load_gsm8k,
+    make_task,
+    normalize_number,
+)
+
+ints = st.integers(min_value=-10**12, max_value=10**12)
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+# ------------------------------------------------------------------ checker properties
+
+@given(ints, text)
+def test_boxed_integer_matches_in_any_common_spelling(n, prefix):
+    prefix = prefix.replace("\\boxed{", "")
+    for spelling in (str(n), f"{n:,}", f"{n}.0", f"{n:,}.00", f"+{n}" if n >= 0 else str(n),
+                     f" {n} ", f"\\${n}"):
+        assert check_answer(f"{prefix} so \\boxed{{{spelling}}}", str(n)) == 1, spelling
+
+
+@given(ints, ints)
+def test_different_numbers_never_match(n, m):
+    if n != m:
+        assert check_answer(f"\\boxed{{{m}}}", str(n)) == 0
+        assert check_answer(f"\\boxed{{{m:,}}}", f"{n:,}") == 0
+
+
+@given(ints, ints, text)
+def test_last_boxed_wins(first, last, middle):
+    middle = middle.replace("\\boxed{", "")
+    completion = f"\\boxed{{{first}}} {middle} \\boxed{{{last}}}"
+    assert check_answer(completion, str(last)) == 1
+    assert check_answer(completion, str(first)) == int(first == last)
+
+
+@given(text, text)
+def test_checker_never_raises_and_scores_0_or_1(completion, reference):
+    assert check_answer(completion, reference) in (0, 1)
+    assert check_answer(completion, reference, fallback_last_number=True) in (0, 1)
+
+
+@given(ints, st.text(alphabet="abcdefgh .!?\n", max_size=30))
+def test_fallback_takes_the_last_number_only_when_configured(n, words):
+    completion = f"I think 3 then {words} the answer is {n}"
+    assert check_answer(completion, str(n)) == 0  # no \boxed{}, no fallback
+    assert check_answer(completion, str(n), fallback_last_number=True) == 1
+
+
+@given(text)
+def test_unparseable_answers_score_zero(junk):
+    if normalize_number(junk) is None:
+        assert check_answer(f"\\boxed{{{junk}}}", "0") == 0
+
+
+@given(st.integers(-1000, 1000), st.integers(1, 1000))
+def test_fractions_compare_by_value(a, b):
+    assert check_answer(f"\\boxed{{\\frac{{{a}}}{{{b}}}}}", f"{a}/{b}") == 1
+    assert normalize_number(f"{a}/{b}") == Fraction(a, b)
+
+
+# ------------------------------------------------------------------ checker by hand
+
+@pytest.mark.parametrize("written, value", [
+    ("1,234", 1234), ("-0", 0), ("12.0", 12), ("12.", 12), ("+7", 7), ("$18", 18),
+    ("1,234,567.50", Fraction(2469135, 2)), ("50%", 50), (".5", Fraction(1, 2)),
+])
+def test_normalize_by_hand(written, value):
+    assert normalize_number(written) == value
+
+
+@pytest.mark.parametrize("written", ["1,2", "12,34", "abc", "", "1/0", "1e5", "--3", "3 4"])
+def test_normalize_rejects(written):
+    assert normalize_number(written) is None
+
+
+def test_extract_boxed_nested_and_unclosed():
+    assert extract_boxed("a \\boxed{\\frac{1}{2}} b \\boxed{3} \\boxed{4") == ["\\frac{1}{2}", "3"]
+
+
+def test_exploit_flags_by_hand():
+    reasoning = "First 3 * 4 = 12, then add 5 to get 17. "
+    assert exploit_flags(reasoning + "\\boxed{17}", truncated=False) == []
+    assert exploit_flags("\\boxed{17}", truncated=False) == ["no_reasoning"]
+    assert exploit_flags(reasoning + "\\boxed{1} \\boxed{17}", truncated=True) == [
+        "several_boxed", "truncated"]
+
+
+# ------------------------------------------------------------------ arithmetic
+
+PROMPT = re.compile(r"^What is (\d+) ([-+*]) (\d+)\? Put the final answer in \\boxed\{\}\.$")
+
+
+@pytest.mark.parametrize("digits, operators", [(1, "+"), (3, "*"), (2, "+-*")])
+def test_arithmetic_answers_and_difficulty(digits, operators):
+    task = ArithmeticTask(digits=digits, operators=operators)
+    problems = task.sample(200, seed=3, step=5)
+    seen_ops = set()
+    for p in problems:
+        a, op, b = PROMPT.match(p.prompt).groups()
+        seen_ops.add(op)
+        assert len(a) <= digits and len(b) <= digits
+        assert int(p.answer) == {"+": int(a) + int(b), "-": int(a) - int(b),
+                                 "*": int(a) * int(b)}[op]
+    assert seen_ops == set(operators)
+    assert task.sample(200, seed=3, step=5) == problems  # a pure function of the seeds
+    assert task.sample(200, seed=3, step=6) != problems
+
+
+def test_arithmetic_rejects_bad_options():
+    with pytest.raises(TaskError, match="operators"):
+        ArithmeticTask(operators="/")
+    with pytest.raises(ValueError, match="digits"):
+        ArithmeticTask(digits=0)
+
+
+# ------------------------------------------------------------------ GSM8K
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_gsm8k_reads_the_usual_format(tmp_path):
+    rows = [{"question": "Tom has 3 apples and buys 1,000 more. How many?",
+             "answer": "3 + 1000 = <<3+1000=1003>>1003\n#### 1,003"},
+            {"question": "Debt?", "answer": "It is negative.\n#### -5"}]
+    path = _write(tmp_path / "train.jsonl", [json.dumps(r) for r in rows] + [""])
+    problems = load_gsm8k(path)
+    assert [p.answer for p in problems] == ["1003", "-5"]
+    assert problems[0].prompt.startswith("Tom has 3 apples")
+    assert problems[0].prompt.endswith("\\boxed{}.")
+    task = DatasetTask(tuple(problems))
+    assert task.score("so \\boxed{1,003}", problems[0]) == 1
+    assert set(task.sample(5, 0, 0)) == set(problems)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ('{"question": "q", "answer": "a #### 4"', "line 2: not valid JSON"),
+    ('{"question": "q"}', 'line 2: expected an object with string fields'),
+    ('{"question": "q", "answer": "no marker"}', "line 2: the answer must end with '#### "),
+    ('[1, 2]', "line 2: expected an object"),
+])
+def test_gsm8k_malformed_line_names_file_and_line(tmp_path, bad, message):
+    good = json.dumps({"question": "q", "answer": "#### 1"})
+    path = _write(tmp_path / "data.jsonl", [good, bad])
+    with pytest.raises(TaskError) as e:
+        load_gsm8k(path)
+    assert str(path) in str(e.value) and message in str(e.value)
+
+
+def test_gsm8k_missing_file_and_missing_option(tmp_path):
+    with pytest.raises(TaskError, match="does not exist"):
+        load_gsm8k(tmp_path / "nope.jsonl")
+    with pytest.raises(TaskError, match="--data"):
+        make_task("gsm8k")
+    with pytest.raises(TaskError, match="task must be one of"):
+        make_task("chess")
