@@ -33,7 +33,7 @@ from scaleup.config import TrainConfig
 from scaleup.modeling import add_lora, resolve_dtype
 from scaleup.rollout import sampling_config
 from scaleup.step import Batch, batch_logprobs, loss_backward
-from scaleup.tiny import QWEN25_05B_SIZES, TINY_SIZES, qwen2_config
+from scaleup.tiny import QWEN25_05B_SIZES, TINY_SIZES, qwen2_config, tiny_tokenizer
 from scaleup.train import make_optimizer
 
 GB = 1e9
@@ -77,8 +77,8 @@ def _peak_gb(device) -> float | None:
 
 def build(args, device):
     """The LoRA-wrapped random model, its config and dtype."""
-    sizes = TINY_SIZES if args.tiny else QWEN25_05B_SIZES
-    config = qwen2_config(sizes)
+    config = qwen2_config(TINY_SIZES, tiny_tokenizer()) if args.tiny else \
+        qwen2_config(QWEN25_05B_SIZES)
     dtype = resolve_dtype("auto", device)
     torch.manual_seed(0)
     with torch.device(device):
@@ -148,8 +148,8 @@ def main(argv=None) -> dict:
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     sample = bench_sampling(model, config, args, device)
     prompts = torch.randint(0, 256, (args.batch, args.prompt_len), device=device)
-    steps = [bench_train_step(model, cfg, prompts, sample.pop("completions"), m, device)
-             for m in mbs]
+    completions = sample.pop("completions")
+    steps = [bench_train_step(model, cfg, prompts, completions, m, device) for m in mbs]
     peaks = [s["peak_gb"] for s in steps if not s["oom"] and s["peak_gb"] is not None]
     fits = None
     if device.type == "cuda":
@@ -185,7 +185,8 @@ def _print(r: dict) -> None:
         peak = f"{t['peak_gb']:.2f} GB" if t["peak_gb"] is not None else "n/a"
         print(f"train step, micro-batch {t['micro_batch_size']}: {t['step_seconds']:.2f} s, "
               f"peak {peak}")
-    print(f"fits in {BUDGET_GB:.0f} GB: {r['fits_8gb'] if r['fits_8gb'] is not None else 'n/a (cpu)'}")
+    fits = r["fits_8gb"] if r["fits_8gb"] is not None else "n/a (cpu)"
+    print(f"fits in {BUDGET_GB:.0f} GB: {fits}")
 
 
 if __name__ == "__main__":

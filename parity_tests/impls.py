@@ -68,20 +68,9 @@ class Impl:
 
     def reinforce_estimates(self, theta, rewards, n, baseline, repeats, seed):
         """``repeats`` independent estimates (repeats, K), all from one generator/key."""
-        theta, rewards = self.array(theta), self.array(rewards)
-        if self.name == "jax":
-            import jax
+        from jaxgrpo.runs import reinforce_estimates
 
-            keys = jax.random.split(jax.random.key(seed), repeats)
-            one = lambda k: self.mod.reinforce_gradient(theta, rewards, n, baseline, k)  # noqa: E731
-            return np.asarray(jax.vmap(one)(keys))
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        return np.stack([
-            self.mod.reinforce_gradient(theta, rewards, n, baseline, gen).numpy()
-            for _ in range(repeats)
-        ])
+        return reinforce_estimates(self.name, theta, rewards, n, baseline, repeats, seed)
 
 
 IMPLS = {name: Impl(name) for name in ("jax", "torch")}

@@ -1,0 +1,189 @@
+"""Running many seeds of the counting task and writing what they produced.
+
+Used by the CLI and the benchmark: one place for "train S seeds with implementation X,
+timed", the per-step metrics table, the summary statistics and the learning-curve plot.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from grpospec import METRIC_NAMES, CountingConfig
+
+IMPLS = ("jax", "torch")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Metrics with a leading seed axis, ``{name: (n_seeds, steps)}``, and timings (s)."""
+
+    impl: str
+    seeds: list[int]
+    metrics: dict[str, np.ndarray]
+    compile_s: float  # JAX: lowering + XLA compile; torch: 0
+    run_s: float  # training itself, compile excluded
+
+
+def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
+              on_seed_done: Callable[[int], None] | None = None) -> RunResult:
+    """Train ``len(seeds)`` independent runs: JAX vmapped in one compiled program, torch
+    one after another (calling ``on_seed_done`` after each)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    seeds = [int(s) for s in seeds]
+    if impl == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        from jaxgrpo.counting import make_train
+
+        keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+        t0 = time.perf_counter()
+        compiled = jax.jit(jax.vmap(make_train(cfg))).lower(keys).compile()
+        t1 = time.perf_counter()
+        _, metrics = jax.block_until_ready(compiled(keys))
+        t2 = time.perf_counter()
+        if on_seed_done is not None:
+            for s in seeds:
+                on_seed_done(s)
+        return RunResult(impl, seeds, {k: np.asarray(metrics[k]) for k in METRIC_NAMES},
+                         t1 - t0, t2 - t1)
+    import torchref
+
+    per_seed = []
+    t0 = time.perf_counter()
+    for s in seeds:
+        per_seed.append(torchref.train_counting(seed=s, **asdict(cfg)))
+        if on_seed_done is not None:
+            on_seed_done(s)
+    run_s = time.perf_counter() - t0
+    return RunResult(impl, seeds, {k: np.stack([m[k] for m in per_seed]) for k in METRIC_NAMES},
+                     0.0, run_s)
+
+
+BANDIT_THETA = (0.5, -0.3, 1.0, 0.0, -1.0)
+BANDIT_REWARDS = (1.0, 0.2, 0.8, 0.5, 0.0)
+
+
+def reinforce_estimates(impl: str, theta, rewards, n: int, baseline: float, repeats: int,
+                        seed: int) -> np.ndarray:
+    """``repeats`` independent REINFORCE estimates (repeats, K), all from one seed:
+    JAX splits one key and vmaps; torch draws from one ``torch.Generator`` in turn."""
+    theta = np.asarray(theta, np.float32)
+    rewards = np.asarray(rewards, np.float32)
+    if impl == "jax":
+        import jax
+
+        import jaxgrpo
+
+        keys = jax.random.split(jax.random.key(seed), repeats)
+        one = lambda k: jaxgrpo.reinforce_gradient(theta, rewards, n, baseline, k)  # noqa: E731
+        return np.asarray(jax.jit(jax.vmap(one))(keys))
+    if impl == "torch":
+        import torch
+
+        import torchref
+
+        gen = torch.Generator().manual_seed(seed)
+        t, r = torch.from_numpy(theta), torch.from_numpy(rewards)
+        return np.stack([torchref.reinforce_gradient(t, r, n, baseline, gen).numpy()
+                         for _ in range(repeats)])
+    raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+
+def bandit_report(impl: str, samples: int = 200_000, repeats: int = 600, batch: int = 32,
+                  seed: int = 0) -> dict[str, float]:
+    """REINFORCE on a fixed 5-armed bandit: the large-sample error against the exact
+    gradient, and the total variance of small-batch estimates with b = 0 and b = E_pi[r]."""
+    theta, rewards = np.asarray(BANDIT_THETA), np.asarray(BANDIT_REWARDS)
+    pi = np.exp(theta - theta.max())
+    pi /= pi.sum()
+    exact = pi * (rewards - pi @ rewards)
+    big = reinforce_estimates(impl, theta, rewards, samples, 0.0, 1, seed)[0]
+    t0 = time.perf_counter()
+    var0 = reinforce_estimates(impl, theta, rewards, batch, 0.0, repeats, seed + 1).var(0).sum()
+    var_b = reinforce_estimates(impl, theta, rewards, batch, float(pi @ rewards), repeats,
+                                seed + 2).var(0).sum()
+    return {"max_abs_error": float(np.abs(big - exact).max()), "var_b0": float(var0),
+            "var_mean_baseline": float(var_b), "variance_ratio": float(var_b / var0),
+            "variance_check_s": time.perf_counter() - t0}
+
+
+def mean_ci(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and a normal-approximation 95% interval of the mean (mean +- 1.96 SE) over
+    ``axis``; with one value the interval is the value itself."""
+    values = np.asarray(values, dtype=np.float64)
+    n = values.shape[axis]
+    mean = values.mean(axis=axis)
+    se = values.std(axis=axis, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
+    return mean, mean - 1.96 * se, mean + 1.96 * se
+
+
+def summarize(result: RunResult, last: int = 5) -> dict[str, dict[str, float]]:
+    """Start (step 0) and end (mean of the last ``last`` steps) of each metric, averaged
+    over seeds with a 95% interval."""
+    out = {}
+    for name, m in result.metrics.items():
+        start = mean_ci(m[:, 0])
+        end = mean_ci(m[:, -last:].mean(axis=1))
+        out[name] = {"start": float(start[0]), "start_lo": float(start[1]),
+                     "start_hi": float(start[2]), "end": float(end[0]),
+                     "end_lo": float(end[1]), "end_hi": float(end[2])}
+    return out
+
+
+def write_metrics_csv(result: RunResult, path: Path) -> None:
+    """One row per (seed, step): ``impl, seed, step, <metric>...``."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["impl", "seed", "step", *result.metrics])
+        steps = next(iter(result.metrics.values())).shape[1]
+        for i, seed in enumerate(result.seeds):
+            for step in range(steps):
+                writer.writerow([result.impl, seed, step,
+                                 *(f"{result.metrics[k][i, step]:.6g}" for k in result.metrics)])
+
+
+def write_summary_json(result: RunResult, cfg: CountingConfig, path: Path) -> None:
+    path.write_text(json.dumps({
+        "impl": result.impl, "seeds": result.seeds, "config": asdict(cfg),
+        "compile_s": result.compile_s, "run_s": result.run_s, "summary": summarize(result),
+    }, indent=2))
+
+
+def plot_learning_curves(results: Sequence[RunResult], path: Path, title: str = "") -> None:
+    """One panel per metric: the mean over seeds with its 95% interval as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results[0].metrics)
+    cols = 3
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for r in results:
+            mean, lo, hi = mean_ci(r.metrics[name])
+            steps = np.arange(len(mean))
+            label = f"{r.impl} ({len(r.seeds)} seeds)"
+            ax.plot(steps, mean, label=label)
+            ax.fill_between(steps, lo, hi, alpha=0.25)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(title or "GRPO on the counting task: mean over seeds, band = 95% interval")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
