@@ -91,9 +91,20 @@ def add_lora(model, cfg: TrainConfig) -> PeftModel:
         except ValueError as e:
             raise ModelLoadError(f"--lora-targets {cfg.lora_targets!r}: {e}") from None
     if cfg.gradient_checkpointing:
-        peft_model.base_model.model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(peft_model)
     return peft_model.eval()
+
+
+def enable_activation_checkpointing(peft_model) -> None:
+    """Recompute the decoder layers' activations in the backward pass (non-reentrant, so
+    the frozen inputs need no ``requires_grad``). transformers 5 names it
+    ``activation_checkpointing_enable``; 4.x ``gradient_checkpointing_enable``."""
+    lm = peft_model.get_base_model()
+    kwargs = {"use_reentrant": False}
+    if hasattr(lm, "activation_checkpointing_enable"):
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # pragma: no cover - transformers 4.x
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def load_policy(cfg: TrainConfig):

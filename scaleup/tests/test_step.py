@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from scaleup.logprobs import completion_logprobs
+from scaleup.modeling import enable_activation_checkpointing
 from scaleup.step import Batch, batch_logprobs, grpo_step, loss_backward, micro_batch_weight
 from scaleup.tests.conftest import ParityTask, small_cfg
 from scaleup.train import make_optimizer
@@ -77,9 +78,13 @@ def _lora_and_base(model):
     return lora, base
 
 
-def test_full_step_runs_ratio_is_one_lora_moves_base_does_not(policy, tokenizer):
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_full_step_runs_ratio_is_one_lora_moves_base_does_not(policy, tokenizer, checkpointing):
     model, stops = policy
-    cfg = small_cfg(inner_epochs=2, beta=0.05, prompts_per_step=3)
+    cfg = small_cfg(inner_epochs=2, beta=0.05, prompts_per_step=3,
+                    gradient_checkpointing=checkpointing)
+    if checkpointing:
+        enable_activation_checkpointing(model)
     opt = make_optimizer(model, cfg)
     lora0, base0 = _lora_and_base(model)
     torch.manual_seed(0)
