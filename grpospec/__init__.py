@@ -7,17 +7,36 @@ imports JAX or PyTorch: the checks look at shapes (tuples) and at plain Python s
 
 from grpospec.checks import (
     AGG_MODES,
+    IMPORTANCE_LEVELS,
     check_bandit,
+    check_gae,
     check_group_rewards,
     check_grpo_loss,
     check_positive_int,
+    check_rloo_rewards,
+    check_same_shape,
     scalar_or_none,
 )
-from grpospec.config import COMPLETION_LENGTH, METRIC_NAMES, VOCAB_SIZE, CountingConfig
+from grpospec.config import (
+    COMPLETION_LENGTH,
+    END_TOKEN,
+    ESTIMATORS,
+    METRIC_NAMES,
+    TASKS,
+    VOCAB_SIZE,
+    CountingConfig,
+)
 
 __all__ = [
     "AGG_MODES",
+    "IMPORTANCE_LEVELS",
+    "check_gae",
+    "check_rloo_rewards",
+    "check_same_shape",
     "COMPLETION_LENGTH",
+    "END_TOKEN",
+    "ESTIMATORS",
+    "TASKS",
     "METRIC_NAMES",
     "VOCAB_SIZE",
     "CountingConfig",

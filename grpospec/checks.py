@@ -11,7 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-AGG_MODES = ("token", "seq")
+AGG_MODES = ("token", "seq", "constant")
+IMPORTANCE_LEVELS = ("token", "sequence")
 
 
 def scalar_or_none(x: Any) -> float | None:
@@ -80,9 +81,13 @@ def check_grpo_loss(
     beta: Any,
     agg: Any,
     clip_eps_high: Any,
+    dual_clip: Any = None,
+    importance_level: Any = "token",
+    max_len: Any = None,
 ) -> None:
-    """Shapes: logp_* and mask (N, T), adv (N,). clip_eps in (0, 1), clip_eps_high > 0,
-    beta >= 0, agg one of ``AGG_MODES``."""
+    """Shapes: logp_* and mask (N, T), adv (N,) or (N, T). clip_eps in (0, 1),
+    clip_eps_high > 0, beta >= 0, agg one of ``AGG_MODES``, dual_clip > 1,
+    importance_level one of ``IMPORTANCE_LEVELS``, max_len an int >= 1."""
     if len(logp_new) != 2:
         raise ValueError(f"logp_new must be 2-D (N, T), got shape {_shape_str(logp_new)}")
     for name, shape in (("logp_old", logp_old), ("logp_ref", logp_ref), ("mask", mask)):
@@ -91,10 +96,10 @@ def check_grpo_loss(
                 f"{name} must have the shape of logp_new {_shape_str(logp_new)}, "
                 f"got {_shape_str(shape)}"
             )
-    if tuple(adv) != (logp_new[0],):
+    if tuple(adv) not in ((logp_new[0],), tuple(logp_new)):
         raise ValueError(
             f"adv must be 1-D with one advantage per sequence, shape ({logp_new[0]},), "
-            f"got {_shape_str(adv)}"
+            f"or one per token, shape {_shape_str(logp_new)}; got {_shape_str(adv)}"
         )
     if not isinstance(agg, str) or agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
@@ -109,3 +114,44 @@ def check_grpo_loss(
     b = scalar_or_none(beta)
     if b is not None and not (b >= 0.0 and math.isfinite(b)):
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+    if dual_clip is not None:
+        d = scalar_or_none(dual_clip)
+        if d is not None and not (d > 1.0 and math.isfinite(d)):
+            raise ValueError(f"dual_clip must be a finite number > 1 (or None), got {dual_clip!r}")
+    if not isinstance(importance_level, str) or importance_level not in IMPORTANCE_LEVELS:
+        raise ValueError(
+            f"importance_level must be one of {IMPORTANCE_LEVELS}, got {importance_level!r}")
+    if max_len is not None:
+        check_positive_int("max_len", max_len)
+
+
+def check_rloo_rewards(rewards_shape: Sequence[int]) -> None:
+    """RLOO needs (B, G) rewards with G >= 2 (the baseline is the mean of the others)."""
+    check_group_rewards(rewards_shape, 0.0)
+    if rewards_shape[1] < 2:
+        raise ValueError(
+            f"rewards must have G >= 2 samples per group for RLOO, got G = {rewards_shape[1]}")
+
+
+def check_gae(rewards: Sequence[int], values: Sequence[int], mask: Sequence[int], gamma: Any,
+              lam: Any) -> None:
+    """rewards, values, mask all (N, T); gamma and lam in [0, 1]."""
+    if len(rewards) != 2:
+        raise ValueError(f"rewards must be 2-D (N, T), got shape {_shape_str(rewards)}")
+    for name, shape in (("values", values), ("mask", mask)):
+        if tuple(shape) != tuple(rewards):
+            raise ValueError(f"{name} must have the shape of rewards {_shape_str(rewards)}, "
+                             f"got {_shape_str(shape)}")
+    for name, value in (("gamma", gamma), ("lam", lam)):
+        v = scalar_or_none(value)
+        if v is not None and not (0.0 <= v <= 1.0):
+            raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+
+
+def check_same_shape(**arrays: Sequence[int]) -> None:
+    """All named shapes equal the first one."""
+    (first, shape0), *rest = arrays.items()
+    for name, shape in rest:
+        if tuple(shape) != tuple(shape0):
+            raise ValueError(f"{name} must have the shape of {first} {_shape_str(shape0)}, "
+                             f"got {_shape_str(shape)}")

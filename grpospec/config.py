@@ -1,19 +1,24 @@
-"""The counting task's training configuration, one dataclass for both trainers."""
+"""The toy tasks' training configuration, one dataclass for both trainers."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from grpospec.checks import AGG_MODES, check_positive_int
+from grpospec.checks import AGG_MODES, IMPORTANCE_LEVELS, check_positive_int
 
-VOCAB_SIZE = 8
+VOCAB_SIZE = 8  # the digits 0..7 of the counting tasks
 COMPLETION_LENGTH = 5
+END_TOKEN = 8  # the variable-length task's end token (its vocabulary is 9)
+VARIABLE_LENGTH = 8
+
+TASKS = ("counting", "sparse", "variable")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gae")
 
 
 @dataclass(frozen=True)
 class CountingConfig:
-    """GRPO on the counting task (SPEC section 4); the defaults reproduce it.
+    """GRPO (and its variants) on a toy task; the defaults reproduce SPEC section 4.
 
     Attributes:
       steps: GRPO steps (each: sample, reward, advantages, ``inner_epochs`` updates).
@@ -25,8 +30,24 @@ class CountingConfig:
       beta: weight of the k3 KL penalty against the frozen initial policy.
       clip_eps: lower clipping range (and upper, unless ``clip_eps_high`` is set).
       clip_eps_high: DAPO's clip-higher upper range; ``None`` means ``clip_eps``.
-      agg: loss aggregation, ``"token"`` (DAPO) or ``"seq"`` (GRPO).
-      std_norm: divide advantages by the group std (GRPO) or not (Dr. GRPO).
+      agg: loss aggregation, ``"token"`` (DAPO), ``"seq"`` (GRPO) or ``"constant"``
+        (Dr. GRPO: divide by N x the task's maximum length).
+      estimator: ``"grpo"`` (group std-normalised), ``"dr_grpo"`` (group mean only),
+        ``"rloo"`` (leave-one-out mean) or ``"gae"`` (PPO: a learned value head, per-token
+        GAE on the terminal reward, advantages whitened over the batch's valid tokens).
+      gamma, lam: GAE's discount and lambda (``estimator="gae"``).
+      vf_coef: weight of the value loss (``estimator="gae"``).
+      dual_clip: dual-clip bound c > 1 for negative advantages, or ``None``.
+      importance_level: ``"token"`` ratios, or ``"sequence"`` (GSPO).
+      dynamic_sampling: DAPO's dynamic sampling: sample ``oversample`` times as many
+        groups, keep groups whose rewards vary (in sampling order), fill the batch with
+        zero-variance groups only when too few vary.
+      oversample: the pool size factor of dynamic sampling.
+      task: ``"counting"`` (fraction of correct positions), ``"sparse"`` (1 only for a
+        fully correct completion) or ``"variable"`` (variable-length answers ended by an
+        end token; see ``task_reward`` in either framework).
+      completion_length: tokens per completion; ``None`` means the task's default
+        (5 for counting and sparse, 8 for variable).
     """
 
     steps: int = 80
@@ -38,11 +59,22 @@ class CountingConfig:
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     agg: str = "token"
-    std_norm: bool = True
+    estimator: str = "grpo"
+    gamma: float = 1.0
+    lam: float = 0.95
+    vf_coef: float = 0.5
+    dual_clip: float | None = None
+    importance_level: str = "token"
+    dynamic_sampling: bool = False
+    oversample: int = 2
+    task: str = "counting"
+    completion_length: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("steps", "n_prompts", "group_size", "inner_epochs"):
+        for name in ("steps", "n_prompts", "group_size", "inner_epochs", "oversample"):
             check_positive_int(name, getattr(self, name))
+        if self.completion_length is not None:
+            check_positive_int("completion_length", self.completion_length)
         if not (self.learning_rate > 0):
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if not (0.0 < self.clip_eps < 1.0):
@@ -51,14 +83,43 @@ class CountingConfig:
             raise ValueError(f"clip_eps_high must be > 0 (or None), got {self.clip_eps_high!r}")
         if not (self.beta >= 0):
             raise ValueError(f"beta must be >= 0, got {self.beta!r}")
-        if self.agg not in AGG_MODES:
-            raise ValueError(f"agg must be one of {AGG_MODES}, got {self.agg!r}")
+        if self.dual_clip is not None and not (self.dual_clip > 1):
+            raise ValueError(f"dual_clip must be > 1 (or None), got {self.dual_clip!r}")
+        for name in ("gamma", "lam"):
+            if not (0.0 <= getattr(self, name) <= 1.0):
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
+        if not (self.vf_coef >= 0):
+            raise ValueError(f"vf_coef must be >= 0, got {self.vf_coef!r}")
+        for name, allowed in (("agg", AGG_MODES), ("estimator", ESTIMATORS), ("task", TASKS),
+                              ("importance_level", IMPORTANCE_LEVELS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.estimator == "rloo" and self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 for estimator='rloo', got {self.group_size}")
+
+    @property
+    def vocab_size(self) -> int:
+        """The policy's vocabulary: 8 digits, plus the end token for the variable task."""
+        return VOCAB_SIZE + 1 if self.task == "variable" else VOCAB_SIZE
+
+    @property
+    def length(self) -> int:
+        """Tokens per completion."""
+        if self.completion_length is not None:
+            return self.completion_length
+        return VARIABLE_LENGTH if self.task == "variable" else COMPLETION_LENGTH
+
+    @property
+    def value_head(self) -> bool:
+        return self.estimator == "gae"
 
     def replace(self, **changes) -> CountingConfig:
         return dataclasses.replace(self, **changes)
 
 
-# Per-step metric names both trainers log, in this order.
+# Per-step metric names both trainers log, in this order. Lengths count the tokens up to
+# and including the end token (all tokens when there is none). ``len_correct`` /
+# ``len_incorrect`` are NaN at a step with no correct / incorrect completion.
 METRIC_NAMES = (
     "mean_reward",
     "zero_var_frac",
@@ -66,4 +127,11 @@ METRIC_NAMES = (
     "kl",
     "entropy",
     "loss",
+    "correct_frac",
+    "mean_length",
+    "len_correct",
+    "len_incorrect",
+    "sampled_tokens",
+    "ds_dropped",
+    "ds_filled",
 )

@@ -1,6 +1,6 @@
 """jaxgrpo: the RL math of LLM post-training in JAX (see SPEC.md)."""
 
-from jaxgrpo.advantages import group_advantages
+from jaxgrpo.advantages import gae_advantages, group_advantages, rloo_advantages
 from jaxgrpo.bandit import exact_policy_gradient, expected_reward, reinforce_gradient
 from jaxgrpo.counting import (
     CounterPolicy,
@@ -8,12 +8,22 @@ from jaxgrpo.counting import (
     grpo_update,
     load_torch_state_dict,
     make_train,
+    rollout_metrics,
     sample_completions,
+    select_groups,
+    task_reward,
     token_entropy,
     torch_state_dict,
     train_counting,
 )
-from jaxgrpo.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, selective_log_softmax
+from jaxgrpo.loss import (
+    clip_fraction,
+    grpo_loss,
+    k3_kl,
+    masked_mean,
+    selective_log_softmax,
+    value_loss,
+)
 
 __all__ = [
     "CounterPolicy",
@@ -21,6 +31,7 @@ __all__ = [
     "counting_reward",
     "exact_policy_gradient",
     "expected_reward",
+    "gae_advantages",
     "group_advantages",
     "grpo_loss",
     "grpo_update",
@@ -29,9 +40,14 @@ __all__ = [
     "make_train",
     "masked_mean",
     "reinforce_gradient",
+    "rloo_advantages",
+    "rollout_metrics",
     "sample_completions",
+    "select_groups",
     "selective_log_softmax",
+    "task_reward",
     "token_entropy",
     "torch_state_dict",
     "train_counting",
+    "value_loss",
 ]

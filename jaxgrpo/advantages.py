@@ -7,8 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from grpospec import check_group_rewards
-from jaxgrpo._arrays import as_float_array
+from grpospec import check_gae, check_group_rewards, check_rloo_rewards
+from jaxgrpo._arrays import as_array, as_float_array
 
 
 @functools.partial(jax.jit, static_argnames=("std_norm",))
@@ -41,3 +41,81 @@ def group_advantages(rewards: jax.Array, std_norm: bool = True, eps: float = 1e-
     rewards = as_float_array("rewards", rewards)
     check_group_rewards(rewards.shape, eps)
     return _group_advantages(rewards, bool(std_norm), jnp.asarray(eps, rewards.dtype))
+
+
+@jax.jit
+def _rloo(rewards):
+    g = rewards.shape[1]
+    leave_one_out = (jnp.sum(rewards, axis=1, keepdims=True) - rewards) / (g - 1)
+    all_equal = jnp.max(rewards, axis=1, keepdims=True) == jnp.min(rewards, axis=1, keepdims=True)
+    return jnp.where(all_equal, 0.0, rewards - leave_one_out)
+
+
+def rloo_advantages(rewards: jax.Array) -> jax.Array:
+    """RLOO: ``A_i = r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean(r))``.
+
+    Needs G >= 2. A group whose rewards are all equal gets exactly zero advantages.
+
+    Args:
+      rewards: shape (B, G).
+    Returns:
+      advantages, shape (B, G).
+
+    >>> import jax.numpy as jnp
+    >>> rloo_advantages(jnp.array([[1.0, 0.0, 0.0, 1.0]])).tolist()
+    [[0.6666666865348816, -0.6666666865348816, -0.6666666865348816, 0.6666666865348816]]
+    """
+    rewards = as_float_array("rewards", rewards)
+    check_rloo_rewards(rewards.shape)
+    return _rloo(rewards)
+
+
+@jax.jit
+def _gae(rewards, values, mask, gamma, lam):
+    valid = mask != 0
+    w = valid.astype(values.dtype)
+    r = jnp.where(valid, rewards, 0).astype(values.dtype)
+    v = jnp.where(valid, jax.lax.stop_gradient(values), 0)
+
+    def _gae_step(carry, x):
+        next_adv, next_value, next_valid = carry
+        r_t, v_t, w_t = x
+        delta = r_t + gamma * next_value * next_valid - v_t
+        adv_t = (delta + gamma * lam * next_valid * next_adv) * w_t
+        return (adv_t, v_t, w_t), adv_t
+
+    zeros = jnp.zeros_like(v[:, 0])
+    _, adv = jax.lax.scan(_gae_step, (zeros, zeros, zeros), (r.T, v.T, w.T), reverse=True)
+    adv = adv.T
+    return adv, jnp.where(valid, adv + v, 0)
+
+
+def gae_advantages(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma: float = 1.0,
+                   lam: float = 0.95) -> tuple[jax.Array, jax.Array]:
+    """Per-token GAE(gamma, lambda) and returns, as a reverse ``lax.scan`` over time.
+
+    ``delta_t = r_t + gamma V_{t+1} m_{t+1} - V_t``;
+    ``A_t = delta_t + gamma lam m_{t+1} A_{t+1}``; returns ``A + V``. The valid tokens of
+    a row are a prefix (left-aligned); the value after the last valid token is 0 (the
+    episode ends). Masked positions may hold anything and get 0.
+
+    Args:
+      rewards: (N, T) per-token rewards.
+      values: (N, T) value predictions V_t (constants).
+      mask: (N, T) nonzero at valid tokens.
+      gamma: discount in [0, 1].
+      lam: GAE lambda in [0, 1].
+    Returns:
+      ``(advantages, returns)``, both (N, T), 0 at masked positions.
+
+    >>> import jax.numpy as jnp
+    >>> adv, ret = gae_advantages(jnp.array([[0.0, 1.0]]), jnp.zeros((1, 2)), jnp.ones((1, 2)),
+    ...                           gamma=1.0, lam=1.0)
+    >>> adv.tolist(), ret.tolist()
+    ([[1.0, 1.0]], [[1.0, 1.0]])
+    """
+    values = as_float_array("values", values)
+    rewards, mask = as_float_array("rewards", rewards), as_array("mask", mask)
+    check_gae(rewards.shape, values.shape, mask.shape, gamma, lam)
+    return _gae(rewards, values, mask, jnp.asarray(gamma, values.dtype),
+                jnp.asarray(lam, values.dtype))

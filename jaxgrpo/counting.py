@@ -22,31 +22,35 @@ from flax import nnx
 
 from grpospec import (
     COMPLETION_LENGTH,
+    END_TOKEN,
     METRIC_NAMES,
     VOCAB_SIZE,
     CountingConfig,
     check_positive_int,
 )
-from jaxgrpo.advantages import group_advantages
-from jaxgrpo.loss import clip_fraction, grpo_loss, k3_kl, masked_mean
+from jaxgrpo.advantages import gae_advantages, group_advantages, rloo_advantages
+from jaxgrpo.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, value_loss
 
 
 class CounterPolicy(nnx.Module):
-    """A tiny autoregressive policy: 8 tokens, 5 per completion.
+    """A tiny autoregressive policy: ``vocab_size`` tokens, ``length`` per completion.
 
     ``logits_t = tok_emb[prev_t] + pos_emb[t]``, where ``prev_0`` is the prompt token
     and ``prev_t`` the completion's token ``t - 1``; both tables are ``vocab_size`` wide
-    and start as N(0, ``init_std``^2). Same architecture and parameter names as
-    ``torchref.CounterPolicy`` (``tok_emb.embedding`` here is ``tok_emb.weight`` there);
-    ``load_torch_state_dict`` / ``torch_state_dict`` convert between them.
+    and start as N(0, ``init_std``^2). With ``value_head``, a zero-initialised table
+    ``value[t, prev_t]`` predicts the value of each position's state (for PPO/GAE). Same
+    architecture and parameter names as ``torchref.CounterPolicy`` (``tok_emb.embedding``
+    here is ``tok_emb.weight`` there); ``load_torch_state_dict`` / ``torch_state_dict``
+    convert between them.
     """
 
     def __init__(self, vocab_size: int = VOCAB_SIZE, length: int = COMPLETION_LENGTH,
-                 init_std: float = 0.1, *, rngs: nnx.Rngs):
+                 init_std: float = 0.1, value_head: bool = False, *, rngs: nnx.Rngs):
         self.vocab_size, self.length = vocab_size, length
         init = nnx.initializers.normal(init_std)
         self.tok_emb = nnx.Embed(vocab_size, vocab_size, embedding_init=init, rngs=rngs)
         self.pos_emb = nnx.Embed(length, vocab_size, embedding_init=init, rngs=rngs)
+        self.value = nnx.Param(jnp.zeros((length, vocab_size))) if value_head else None
 
     def step_logits(self, prev: jax.Array, t: jax.Array | int) -> jax.Array:
         """Logits (B, V) of position ``t`` given the previous tokens ``prev`` (B,)."""
@@ -68,6 +72,13 @@ class CounterPolicy(nnx.Module):
         logits = self.tok_emb.embedding[None, :, :] + self.pos_emb.embedding[:, None, :]
         return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
 
+    def values(self, prompts: jax.Array, completions: jax.Array) -> jax.Array:
+        """Value predictions (B, L) of each position's state (needs ``value_head``)."""
+        if self.value is None:
+            raise ValueError("this CounterPolicy has no value head (value_head=False)")
+        prev = previous_tokens(prompts, completions)
+        return self.value[...][jnp.arange(completions.shape[1])[None, :], prev]
+
     def token_logprobs(self, prompts: jax.Array, completions: jax.Array) -> jax.Array:
         """Per-token log-probs (B, L) of ``completions``, gathered from ``logprob_table``."""
         prev = previous_tokens(prompts, completions)
@@ -75,10 +86,16 @@ class CounterPolicy(nnx.Module):
         return self.logprob_table()[positions, prev, completions]
 
 
+def _torch_named_params(model: CounterPolicy) -> dict[str, nnx.Param]:
+    named = {"tok_emb.weight": model.tok_emb.embedding, "pos_emb.weight": model.pos_emb.embedding}
+    if model.value is not None:
+        named["value"] = model.value
+    return named
+
+
 def load_torch_state_dict(model: CounterPolicy, state_dict: Mapping[str, Any]) -> CounterPolicy:
     """Copy a ``torchref.CounterPolicy`` state dict into ``model`` (in place); returns it."""
-    expected = {"tok_emb.weight": model.tok_emb.embedding,
-                "pos_emb.weight": model.pos_emb.embedding}
+    expected = _torch_named_params(model)
     if set(state_dict) != set(expected):
         raise ValueError(f"state_dict must have keys {sorted(expected)}, got {sorted(state_dict)}")
     for name, param in expected.items():
@@ -96,10 +113,8 @@ def torch_state_dict(model: CounterPolicy) -> dict[str, Any]:
     """``model``'s weights as a ``torchref.CounterPolicy`` state dict of torch tensors."""
     import torch
 
-    return {
-        "tok_emb.weight": torch.from_numpy(np.array(model.tok_emb.embedding[...])),
-        "pos_emb.weight": torch.from_numpy(np.array(model.pos_emb.embedding[...])),
-    }
+    return {name: torch.from_numpy(np.array(param[...]))
+            for name, param in _torch_named_params(model).items()}
 
 
 def previous_tokens(prompts: jax.Array, completions: jax.Array) -> jax.Array:
@@ -117,6 +132,50 @@ def counting_reward(prompts: jax.Array, completions: jax.Array) -> jax.Array:
     steps = jnp.arange(1, completions.shape[1] + 1)
     target = (prompts[:, None] + steps[None]) % VOCAB_SIZE
     return jnp.mean(completions == target, axis=1, dtype=jnp.float32)
+
+
+def task_reward(task: str, prompts: jax.Array, completions: jax.Array
+                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Reward, response mask, correctness and length of each completion.
+
+    * ``"counting"``: the fraction of correct positions (SPEC section 4); every token counts.
+    * ``"sparse"``: 1 only when every position is correct, else 0.
+    * ``"variable"``: the vocabulary adds an end token (8). A completion is an answer
+      token, then any number of free "reasoning" tokens, then the end token; the mask
+      covers the tokens up to and including the first end token (all of them if it never
+      comes: truncated). It is correct (reward 1) iff the answer is ``(p + 1) mod 8`` and
+      the end token comes later within the length limit. So right and wrong answers can
+      each be short or long: their lengths move only through how the update weighs
+      tokens, which is what the ``length-bias`` experiment measures.
+
+    ``task`` is static. Same rules as ``torchref.task_reward``.
+
+    Returns:
+      ``(rewards (B,) float32, mask (B, L) float32, correct (B,) bool, lengths (B,))``.
+    """
+    n, length = completions.shape
+    if task == "variable":
+        is_end = completions == END_TOKEN
+        ended = jnp.any(is_end, axis=1)
+        end_idx = jnp.where(ended, jnp.argmax(is_end, axis=1), length - 1)
+        mask = (jnp.arange(length)[None, :] <= end_idx[:, None]).astype(jnp.float32)
+        correct = (completions[:, 0] == (prompts + 1) % VOCAB_SIZE) & ended & (end_idx >= 1)
+        return correct.astype(jnp.float32), mask, correct, end_idx + 1
+    per_position = counting_reward(prompts, completions)
+    correct = per_position == 1.0
+    rewards = per_position if task == "counting" else correct.astype(jnp.float32)
+    return rewards, jnp.ones((n, length), jnp.float32), correct, jnp.full((n,), length)
+
+
+def select_groups(grouped_rewards: jax.Array, n_keep: int) -> jax.Array:
+    """Dynamic sampling's choice: indices (n_keep,) of the groups to train on.
+
+    Groups whose rewards vary come first, in sampling order; zero-variance groups fill
+    the remaining places only when too few vary (a stable sort on "has zero variance"),
+    so the batch keeps its static shape.
+    """
+    zero_var = jnp.max(grouped_rewards, axis=1) == jnp.min(grouped_rewards, axis=1)
+    return jnp.argsort(zero_var.astype(jnp.int32), stable=True)[:n_keep]
 
 
 def token_entropy(logits: jax.Array) -> jax.Array:
@@ -150,50 +209,89 @@ def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
     return tokens.T, logps.T
 
 
+def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,
+                mask, lengths):
+    """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
+    grouped = rewards.reshape(-1, cfg.group_size)
+    if cfg.estimator in ("grpo", "dr_grpo"):
+        return group_advantages(grouped, std_norm=cfg.estimator == "grpo").reshape(-1), None
+    if cfg.estimator == "rloo":
+        return rloo_advantages(grouped).reshape(-1), None
+    values = jax.lax.stop_gradient(policy.values(prompts, completions))
+    terminal = jax.nn.one_hot(lengths - 1, mask.shape[1]) * rewards[:, None]
+    adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
+    mean = masked_mean(adv, mask)
+    std = jnp.sqrt(masked_mean((adv - mean) ** 2, mask))
+    return jnp.where(mask != 0, (adv - mean) / (std + 1e-8), 0.0), returns
+
+
 def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: CounterPolicy,
                 prompts: jax.Array, completions: jax.Array, cfg: CountingConfig
                 ) -> dict[str, jax.Array]:
     """One GRPO step on given rollouts, updating ``model``/``optimizer`` in place.
 
-    Reward, group advantages, then ``cfg.inner_epochs`` full-batch optimizer steps
+    Reward, advantages, then ``cfg.inner_epochs`` full-batch optimizer steps
     (``_update_epoch`` under ``lax.scan``). ``prompts`` (B*G,) and ``completions``
-    (B*G, L) are laid out group by group. Returns the metrics of ``grpospec.METRIC_NAMES``;
-    clip fraction, KL, entropy and loss are those of the last inner epoch, before its
-    update. Same computation as ``torchref.grpo_update``.
+    (B*G, L) are laid out group by group. Returns the update's metrics: ``loss``,
+    ``clip_frac``, ``kl`` and ``entropy`` of the last inner epoch, before its update.
+    Same computation as ``torchref.grpo_update``.
     """
-    rewards = counting_reward(prompts, completions)
-    grouped = rewards.reshape(-1, cfg.group_size)
-    adv = group_advantages(grouped, std_norm=cfg.std_norm).reshape(-1)
-    mask = jnp.ones(completions.shape, jnp.float32)
+    rewards, mask, _, lengths = task_reward(cfg.task, prompts, completions)
+    adv, returns = _advantages(cfg, model, prompts, completions, rewards, mask, lengths)
     logp_old = jax.lax.stop_gradient(model.token_logprobs(prompts, completions))
     logp_ref = jax.lax.stop_gradient(ref_model.token_logprobs(prompts, completions))
 
     def loss_fn(model):
-        logits = model.logprob_table()
         logp_new = model.token_logprobs(prompts, completions)
         loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mask, cfg.clip_eps, cfg.beta,
-                         cfg.agg, cfg.clip_eps_high)
-        return loss, (logits, logp_new)
+                         cfg.agg, cfg.clip_eps_high, cfg.dual_clip, cfg.importance_level,
+                         cfg.length)
+        if returns is not None:
+            loss = loss + cfg.vf_coef * value_loss(model.values(prompts, completions),
+                                                   returns, mask)
+        return loss, (model.logprob_table(), logp_new)
 
     graphdef, state = nnx.split((model, optimizer))
 
     def _update_epoch(state, _):
         model, optimizer = nnx.merge(graphdef, state)
-        (loss, (logits, logp_new)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+        (loss, (table, logp_new)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
         optimizer.update(model, grads)
-        return nnx.state((model, optimizer)), (loss, logits, logp_new)
+        return nnx.state((model, optimizer)), (loss, table, logp_new)
 
-    state, (losses, logits, logp_new) = jax.lax.scan(
+    state, (losses, table, logp_new) = jax.lax.scan(
         _update_epoch, state, None, length=cfg.inner_epochs)
     nnx.update((model, optimizer), state)
-    logits, logp_new = logits[-1], logp_new[-1]
+    table, logp_new = table[-1], logp_new[-1]
+    entropy = gather_context(token_entropy(table), prompts, completions)
+    return {
+        "clip_frac": clip_fraction(logp_new, logp_old, mask, cfg.clip_eps, cfg.clip_eps_high,
+                                   cfg.importance_level),
+        "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
+        "entropy": masked_mean(entropy, mask),
+        "loss": losses[-1],
+    }
+
+
+def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Array,
+                    kept: jax.Array) -> dict[str, jax.Array]:
+    """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
+    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    grouped = rewards.reshape(-1, cfg.group_size)
+    zero_var = jnp.max(grouped, axis=1) == jnp.min(grouped, axis=1)
+    lengths, c = lengths.astype(jnp.float32), correct.astype(jnp.float32)
+    n_c = jnp.sum(c)
     return {
         "mean_reward": jnp.mean(rewards),
-        "zero_var_frac": jnp.mean(jnp.max(grouped, 1) == jnp.min(grouped, 1), dtype=jnp.float32),
-        "clip_frac": clip_fraction(logp_new, logp_old, mask, cfg.clip_eps, cfg.clip_eps_high),
-        "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
-        "entropy": masked_mean(gather_context(token_entropy(logits), prompts, completions), mask),
-        "loss": losses[-1],
+        "zero_var_frac": jnp.mean(zero_var, dtype=jnp.float32),
+        "correct_frac": jnp.mean(c),
+        "mean_length": jnp.mean(lengths),
+        "len_correct": jnp.where(n_c > 0, jnp.sum(lengths * c) / jnp.maximum(n_c, 1), jnp.nan),
+        "len_incorrect": jnp.where(n_c < c.size, jnp.sum(lengths * (1 - c))
+                                   / jnp.maximum(c.size - n_c, 1), jnp.nan),
+        "sampled_tokens": jnp.sum(mask),
+        "ds_dropped": (jnp.sum(zero_var) - jnp.sum(zero_var[kept])).astype(jnp.float32),
+        "ds_filled": (~jnp.any(zero_var[kept])).astype(jnp.float32),
     }
 
 
@@ -211,9 +309,12 @@ def make_train(cfg: CountingConfig):
     ``train`` is pure: jit it, vmap it over keys for many seeds.
     """
 
+    pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
+
     def train(key: jax.Array):
         key_init, key_run = jax.random.split(key)
-        model = CounterPolicy(rngs=nnx.Rngs(params=key_init))
+        model = CounterPolicy(cfg.vocab_size, cfg.length, value_head=cfg.value_head,
+                              rngs=nnx.Rngs(params=key_init))
         optimizer = nnx.Optimizer(model, optax.adam(cfg.learning_rate), wrt=nnx.Param)
         model_def, ref_params = nnx.split(model)  # the frozen reference: initial weights
         graphdef, state = nnx.split((model, optimizer))
@@ -222,10 +323,15 @@ def make_train(cfg: CountingConfig):
             model, optimizer = nnx.merge(graphdef, runner.state)
             ref_model = nnx.merge(model_def, ref_params)
             key, k_prompt, k_sample = jax.random.split(runner.key, 3)
-            prompts = jax.random.randint(k_prompt, (cfg.n_prompts,), 0, VOCAB_SIZE)
+            prompts = jax.random.randint(k_prompt, (pool,), 0, VOCAB_SIZE)
             prompts = jnp.repeat(prompts, cfg.group_size)
             completions, _ = sample_completions(model, prompts, k_sample)
-            metrics = grpo_update(model, optimizer, ref_model, prompts, completions, cfg)
+            grouped = task_reward(cfg.task, prompts, completions)[0].reshape(-1, cfg.group_size)
+            kept = select_groups(grouped, cfg.n_prompts)
+            metrics = rollout_metrics(cfg, prompts, completions, kept)
+            rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
+            metrics.update(grpo_update(model, optimizer, ref_model, prompts[rows],
+                                       completions[rows], cfg))
             return RunnerState(nnx.state((model, optimizer)), key), metrics
 
         runner, metrics = jax.lax.scan(

@@ -11,7 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from grpospec import check_grpo_loss
+from grpospec import check_grpo_loss, check_same_shape
 from jaxgrpo._arrays import as_array, as_float_array
 
 
@@ -50,23 +50,35 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(valid, x, 0)) / jnp.maximum(jnp.sum(valid), 1)
 
 
-@functools.partial(jax.jit, static_argnames=("agg",))
-def _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high):
+@functools.partial(jax.jit, static_argnames=("agg", "importance_level", "use_dual_clip",
+                                             "max_len"))
+def _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high,
+               use_dual_clip, dual_clip, importance_level, max_len):
     valid = mask != 0
     dtype = logp_new.dtype
+    w = valid.astype(dtype)
     new = jnp.where(valid, logp_new, 0)
     old = jnp.where(valid, jax.lax.stop_gradient(logp_old).astype(dtype), 0)
     ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 0)
-    a = jax.lax.stop_gradient(adv).astype(dtype)[:, None]
+    a = jax.lax.stop_gradient(adv).astype(dtype)
+    a = a[:, None] if a.ndim == 1 else jnp.where(valid, a, 0)
 
-    ratio = jnp.exp(new - old)
+    log_ratio = new - old
+    if importance_level == "sequence":
+        seq = jnp.sum(log_ratio, axis=1, keepdims=True) / jnp.maximum(
+            jnp.sum(w, axis=1, keepdims=True), 1)
+        log_ratio = jnp.broadcast_to(seq, new.shape)
+    ratio = jnp.exp(log_ratio)
     surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - clip_eps, 1 + eps_high) * a)
+    if use_dual_clip:
+        surrogate = jnp.where(a < 0, jnp.maximum(surrogate, dual_clip * a), surrogate)
     per_token = jnp.where(valid, -(surrogate - beta * k3_kl(new, ref)), 0)
 
-    w = valid.astype(dtype)
     if agg == "token":
         return jnp.sum(per_token) / jnp.maximum(jnp.sum(w), 1)
-    return jnp.mean(jnp.sum(per_token, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1))
+    if agg == "seq":
+        return jnp.mean(jnp.sum(per_token, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1))
+    return jnp.sum(per_token) / (new.shape[0] * (new.shape[1] if max_len is None else max_len))
 
 
 def grpo_loss(
@@ -79,16 +91,28 @@ def grpo_loss(
     beta: float = 0.0,
     agg: str = "token",
     clip_eps_high: float | None = None,
+    dual_clip: float | None = None,
+    importance_level: str = "token",
+    max_len: int | None = None,
 ) -> jax.Array:
-    """The clipped GRPO loss with a k3 KL penalty.
+    """The clipped GRPO loss with a k3 KL penalty, and its variants.
 
     ``ratio = exp(new - old)``;
     ``per_token = -(min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A) - beta k3)``.
-    ``agg="token"``: ``sum(per_token mask) / sum(mask)`` (DAPO).
-    ``agg="seq"``: mean over rows of ``sum_t(per_token mask) / sum_t(mask)`` (GRPO).
 
-    ``logp_old``, ``logp_ref`` and ``adv`` are constants (``stop_gradient``). ``agg`` is
-    static; the rest may be traced, so the function works under ``jax.jit``/``vmap``.
+    Aggregation ``agg``:
+      ``"token"`` (DAPO): ``sum(per_token mask) / sum(mask)``;
+      ``"seq"`` (GRPO): mean over rows of ``sum_t(per_token mask) / sum_t(mask)``;
+      ``"constant"`` (Dr. GRPO): ``sum(per_token mask) / (N * max_len)``, ``max_len``
+      defaulting to T, a normaliser that depends on no length.
+    Variants: ``clip_eps_high`` (DAPO's clip-higher); ``dual_clip = c > 1`` bounds the
+    surrogate from below by ``c A`` where ``A < 0`` (dual-clip PPO);
+    ``importance_level="sequence"`` (GSPO) replaces each token's ratio by its sequence's
+    length-normalised ratio ``exp(mean_t(new - old))``, clipped per sequence.
+
+    ``logp_old``, ``logp_ref`` and ``adv`` are constants (``stop_gradient``). ``agg``,
+    ``importance_level``, ``max_len`` and whether ``dual_clip`` is set are static; the rest
+    may be traced, so the function works under ``jax.jit``/``vmap``.
     Degenerate cases: a row with no valid token contributes 0 to the ``"seq"`` mean (it
     still counts in the number of rows, as in TRL); a batch with no valid token at all
     gives a loss of exactly 0 with zero gradient.
@@ -97,12 +121,15 @@ def grpo_loss(
       logp_new: (N, T) per-token log-probs under the policy being trained.
       logp_old: (N, T) under the sampling policy.
       logp_ref: (N, T) under the reference policy.
-      adv: (N,) one advantage per sequence.
+      adv: (N,) one advantage per sequence, or (N, T) one per token.
       mask: (N, T) nonzero where the token is a real response token.
       clip_eps: eps_low, in (0, 1).
       beta: KL weight, >= 0.
-      agg: ``"token"`` or ``"seq"``.
+      agg: ``"token"``, ``"seq"`` or ``"constant"``.
       clip_eps_high: eps_high (> 0); ``None`` means ``clip_eps``.
+      dual_clip: the dual-clip bound c (> 1), or ``None``.
+      importance_level: ``"token"`` (PPO/GRPO) or ``"sequence"`` (GSPO).
+      max_len: the constant length of ``agg="constant"``; ``None`` means T.
     Returns:
       a scalar of ``logp_new``'s dtype.
 
@@ -115,9 +142,28 @@ def grpo_loss(
     logp_old, logp_ref = as_array("logp_old", logp_old), as_array("logp_ref", logp_ref)
     adv, mask = as_array("adv", adv), as_array("mask", mask)
     check_grpo_loss(logp_new.shape, logp_old.shape, logp_ref.shape, adv.shape, mask.shape,
-                    clip_eps, beta, agg, clip_eps_high)
+                    clip_eps, beta, agg, clip_eps_high, dual_clip, importance_level, max_len)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    return _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high)
+    return _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high,
+                      dual_clip is not None, 0.0 if dual_clip is None else dual_clip,
+                      importance_level, None if max_len is None else int(max_len))
+
+
+def value_loss(values: jax.Array, returns: jax.Array, mask: jax.Array) -> jax.Array:
+    """``0.5 * masked_mean((values - returns)^2)``; ``returns`` is a constant.
+
+    Args:
+      values: (N, T) value predictions.
+      returns: (N, T) regression targets.
+      mask: (N, T) nonzero at valid positions.
+
+    >>> import jax.numpy as jnp
+    >>> float(value_loss(jnp.array([[1.0, 5.0]]), jnp.array([[3.0, 0.0]]), jnp.array([[1, 0]])))
+    2.0
+    """
+    check_same_shape(values=jnp.shape(values), returns=jnp.shape(returns), mask=jnp.shape(mask))
+    err = jnp.where(mask != 0, values - jax.lax.stop_gradient(returns), 0)
+    return 0.5 * masked_mean(err**2, mask)
 
 
 def clip_fraction(
@@ -126,9 +172,17 @@ def clip_fraction(
     mask: jax.Array,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    importance_level: str = "token",
 ) -> jax.Array:
-    """Share of valid tokens whose ratio ``exp(new - old)`` lies outside the clip band."""
+    """Share of valid tokens whose ratio lies outside the clip band (the token's own ratio,
+    or with ``importance_level="sequence"`` its sequence's length-normalised ratio)."""
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    ratio = jnp.exp(jnp.where(mask != 0, logp_new - logp_old, 0))
+    valid = mask != 0
+    log_ratio = jnp.where(valid, logp_new - logp_old, 0)
+    if importance_level == "sequence":
+        w = valid.astype(log_ratio.dtype)
+        seq = jnp.sum(log_ratio, 1, keepdims=True) / jnp.maximum(jnp.sum(w, 1, keepdims=True), 1)
+        log_ratio = jnp.broadcast_to(seq, log_ratio.shape)
+    ratio = jnp.exp(log_ratio)
     outside = (ratio < 1 - clip_eps) | (ratio > 1 + eps_high)
     return masked_mean(outside.astype(logp_new.dtype), mask)

@@ -8,6 +8,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from grpospec import AGG_MODES, IMPORTANCE_LEVELS
+
 logprob_values = st.floats(-6.0, 0.0, allow_nan=False, width=64)
 
 
@@ -35,13 +37,17 @@ def masks(draw, n: int, t: int, *, equal_lengths: bool = False) -> np.ndarray:
 
 
 @st.composite
-def loss_kwargs(draw) -> dict:
+def loss_kwargs(draw, t: int) -> dict:
+    """Every option of ``grpo_loss``, variants included (``t``: the batch's T)."""
     clip_eps = draw(st.sampled_from([0.1, 0.2, 0.3]))
     return dict(
         clip_eps=clip_eps,
         beta=draw(st.sampled_from([0.0, 0.01, 0.1])),
-        agg=draw(st.sampled_from(["token", "seq"])),
+        agg=draw(st.sampled_from(AGG_MODES)),
         clip_eps_high=draw(st.sampled_from([None, clip_eps + 0.08])),
+        dual_clip=draw(st.sampled_from([None, 1.5, 3.0])),
+        importance_level=draw(st.sampled_from(IMPORTANCE_LEVELS)),
+        max_len=draw(st.sampled_from([None, t + 3])),
     )
 
 
@@ -55,9 +61,10 @@ def loss_inputs(draw, *, max_n: int = 5, max_t: int = 7, equal_lengths: bool = F
     delta = st.floats(-0.5, 0.5, allow_nan=False, width=64) if near_policy else logprob_values
     logp_new = logp_old + draw(hnp.arrays(np.float64, (n, t), elements=delta))
     logp_ref = logp_old + draw(hnp.arrays(np.float64, (n, t), elements=delta))
-    adv = draw(hnp.arrays(np.float64, (n,), elements=st.floats(-2.0, 2.0, width=64)))
+    adv_shape = (n, t) if draw(st.booleans()) else (n,)  # per sequence or per token (GAE)
+    adv = draw(hnp.arrays(np.float64, adv_shape, elements=st.floats(-2.0, 2.0, width=64)))
     mask = draw(masks(n, t, equal_lengths=equal_lengths))
-    return LossInputs(logp_new, logp_old, logp_ref, adv, mask, draw(loss_kwargs()))
+    return LossInputs(logp_new, logp_old, logp_ref, adv, mask, draw(loss_kwargs(t)))
 
 
 @st.composite
@@ -69,6 +76,18 @@ def group_rewards(draw, *, max_b: int = 4, max_g: int = 8, min_g: int = 1) -> np
         st.floats(-10.0, 10.0, allow_nan=False, width=64),
     ]))
     return draw(hnp.arrays(np.float64, (b, g), elements=elements))
+
+
+@st.composite
+def gae_inputs(draw, *, max_n: int = 4, max_t: int = 7):
+    """(rewards, values, mask, gamma, lam): (N, T) arrays with left-aligned masks."""
+    n, t = draw(st.integers(1, max_n)), draw(st.integers(1, max_t))
+    floats = st.floats(-2.0, 2.0, width=64)
+    rewards = draw(hnp.arrays(np.float64, (n, t), elements=floats))
+    values = draw(hnp.arrays(np.float64, (n, t), elements=floats))
+    mask = draw(masks(n, t))
+    unit = st.sampled_from([0.0, 0.5, 0.9, 0.95, 1.0])
+    return rewards, values, mask, draw(unit), draw(unit)
 
 
 @st.composite

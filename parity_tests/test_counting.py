@@ -13,7 +13,7 @@ from flax import nnx
 
 import jaxgrpo
 import torchref
-from grpospec import METRIC_NAMES, CountingConfig
+from grpospec import END_TOKEN, METRIC_NAMES, CountingConfig
 
 V, L = 8, 5
 
@@ -24,9 +24,10 @@ def _all_inputs():
     return grid[:, 0], grid[:, 1:]
 
 
-def _torch_policy(seed: int) -> torchref.CounterPolicy:
+def _torch_policy(seed: int, cfg: CountingConfig | None = None) -> torchref.CounterPolicy:
+    cfg = cfg or CountingConfig()
     torch.manual_seed(seed)
-    policy = torchref.CounterPolicy()
+    policy = torchref.CounterPolicy(cfg.vocab_size, cfg.length, value_head=cfg.value_head)
     with torch.no_grad():  # move away from the near-uniform init so differences would show
         for p in policy.parameters():
             p.normal_(0.0, 1.0)
@@ -103,45 +104,107 @@ def test_sampling_draws_from_the_policy(impl):
     assert np.all(np.abs(freq1 - p1) < 4 * np.sqrt(p1 * (1 - p1) / len(rows)) + 1e-4)
 
 
-@pytest.mark.parametrize("cfg", [
-    CountingConfig(),
-    CountingConfig(agg="seq", std_norm=False, clip_eps=0.1, clip_eps_high=0.3, beta=0.1,
-                   learning_rate=0.2, inner_epochs=3),
-], ids=["default", "variants"])
-def test_one_grpo_update_leaves_the_same_parameters(cfg):
-    """Identical weights and rollouts (sampled once, fed to both): reward, advantages,
-    ``inner_epochs`` Adam steps. Parameters agree within 1e-5 (float32 throughout), and so
-    do the step's metrics."""
-    t_policy = _torch_policy(7)
-    t_ref = _torch_policy(8).requires_grad_(False)
-    j_policy = jaxgrpo.load_torch_state_dict(jaxgrpo.CounterPolicy(rngs=nnx.Rngs(0)),
-                                             t_policy.state_dict())
-    j_ref = jaxgrpo.load_torch_state_dict(jaxgrpo.CounterPolicy(rngs=nnx.Rngs(0)),
-                                          t_ref.state_dict())
-    gen = torch.Generator().manual_seed(1)
+def _jax_copy(t_policy: torchref.CounterPolicy, cfg: CountingConfig) -> jaxgrpo.CounterPolicy:
+    model = jaxgrpo.CounterPolicy(cfg.vocab_size, cfg.length, value_head=cfg.value_head,
+                                  rngs=nnx.Rngs(0))
+    return jaxgrpo.load_torch_state_dict(model, t_policy.state_dict())
+
+
+def _rollouts(t_policy, cfg: CountingConfig, seed: int = 1):
+    """Rollouts sampled once (by torch), with a correct answer planted in every other
+    group so that most groups carry signal."""
+    gen = torch.Generator().manual_seed(seed)
     prompts = torch.randint(0, V, (cfg.n_prompts,), generator=gen).repeat_interleave(
         cfg.group_size)
     completions = t_policy.sample(prompts, gen)
-    # plant a few correct answers so every group has reward variance
-    completions[:: cfg.group_size] = (prompts[:: cfg.group_size, None]
-                                      + torch.arange(1, L + 1)) % V
+    first = prompts[:: 2 * cfg.group_size]
+    if cfg.task == "variable":
+        completions[:: 2 * cfg.group_size, 0] = (first + 1) % V
+        completions[:: 2 * cfg.group_size, 1] = END_TOKEN
+    else:
+        completions[:: 2 * cfg.group_size] = (first[:, None] + torch.arange(1, cfg.length + 1)) % V
+    return prompts, completions
 
+
+VARIANTS = {
+    "default": CountingConfig(),
+    "seq-drgrpo-cliphigher": CountingConfig(agg="seq", estimator="dr_grpo", clip_eps=0.1,
+                                            clip_eps_high=0.3, beta=0.1, learning_rate=0.2,
+                                            inner_epochs=3),
+    "rloo-dualclip": CountingConfig(estimator="rloo", dual_clip=2.0, learning_rate=0.3,
+                                    clip_eps=0.1),
+    "gspo-constant": CountingConfig(importance_level="sequence", agg="constant",
+                                    learning_rate=0.3, clip_eps=0.05),
+    "ppo-gae": CountingConfig(estimator="gae", lam=0.9, gamma=0.95, vf_coef=0.7,
+                              learning_rate=0.2),
+    "sparse": CountingConfig(task="sparse", learning_rate=0.2),
+    "variable-seq": CountingConfig(task="variable", agg="seq", learning_rate=0.2),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_one_grpo_update_leaves_the_same_parameters(name):
+    """Identical weights and rollouts (sampled once, fed to both): reward, advantages,
+    ``inner_epochs`` Adam steps. Parameters agree within 1e-5 (float32 throughout), and so
+    do the update's metrics (within 1e-5) and the rollouts' metrics."""
     import optax
+
+    cfg = VARIANTS[name]
+    t_policy = _torch_policy(7, cfg)
+    t_ref = _torch_policy(8, cfg).requires_grad_(False)
+    j_policy, j_ref = _jax_copy(t_policy, cfg), _jax_copy(t_ref, cfg)
+    prompts, completions = _rollouts(t_policy, cfg)
+
     t_opt = torch.optim.Adam(t_policy.parameters(), lr=cfg.learning_rate)
     j_opt = nnx.Optimizer(j_policy, optax.adam(cfg.learning_rate), wrt=nnx.Param)
     before = {k: v.clone() for k, v in t_policy.state_dict().items()}
     t_metrics = torchref.grpo_update(t_policy, t_ref, t_opt, prompts, completions, cfg)
-    j_metrics = jaxgrpo.grpo_update(j_policy, j_opt, j_ref, jnp.asarray(prompts.numpy()),
-                                    jnp.asarray(completions.numpy()), cfg)
+    j_prompts, j_completions = jnp.asarray(prompts.numpy()), jnp.asarray(completions.numpy())
+    j_metrics = jaxgrpo.grpo_update(j_policy, j_opt, j_ref, j_prompts, j_completions, cfg)
     after_jax = jaxgrpo.torch_state_dict(j_policy)
-    for name, tensor in t_policy.state_dict().items():
-        assert not torch.allclose(tensor, before[name])  # the update did something
-        np.testing.assert_allclose(after_jax[name].numpy(), tensor.numpy(), atol=1e-5,
-                                   err_msg=name)
-    assert set(j_metrics) == set(t_metrics) == set(METRIC_NAMES)
-    for k in METRIC_NAMES:
-        np.testing.assert_allclose(float(j_metrics[k]), t_metrics[k], atol=1e-5, err_msg=k)
-    assert t_metrics["clip_frac"] > 0  # the later epochs are off-policy: clipping acted
+    for key, tensor in t_policy.state_dict().items():
+        assert not torch.allclose(tensor, before[key])  # the update did something
+        np.testing.assert_allclose(after_jax[key].numpy(), tensor.numpy(), atol=1e-5,
+                                   err_msg=key)
+    assert set(j_metrics) == set(t_metrics)
+    for k in t_metrics:
+        np.testing.assert_allclose(float(j_metrics[k]), float(t_metrics[k]), atol=1e-5,
+                                   err_msg=k)
+    if name.startswith("seq") or name.startswith("rloo"):
+        assert t_metrics["clip_frac"] > 0  # the later epochs are off-policy: clipping acted
+
+    kept = torch.arange(cfg.n_prompts)
+    t_roll = torchref.rollout_metrics(cfg, prompts, completions, kept)
+    j_roll = jaxgrpo.rollout_metrics(cfg, j_prompts, j_completions, jnp.arange(cfg.n_prompts))
+    assert set(t_roll) | set(t_metrics) == set(METRIC_NAMES)
+    for k in t_roll:
+        np.testing.assert_allclose(float(j_roll[k]), float(t_roll[k]), atol=1e-5, err_msg=k)
+
+
+def test_task_rewards_by_hand():
+    prompts = np.array([3, 3, 6, 0])
+    # variable task: answer (p + 1) % 8, then anything, then the end token 8
+    completions = np.array([
+        [4, 8, 1, 2, 3, 4, 5, 6],  # right answer, ends at index 1: correct, length 2
+        [4, 1, 2, 8, 8, 0, 0, 0],  # right answer, ends at index 3: correct, length 4
+        [7, 7, 7, 7, 7, 7, 7, 7],  # right answer, never ends: truncated, wrong, length 8
+        [8, 1, 1, 1, 1, 1, 1, 1],  # ends at once, no answer: wrong, length 1
+    ])
+    for impl, arr in (("jax", jnp.asarray), ("torch", torch.from_numpy)):
+        mod = jaxgrpo if impl == "jax" else torchref
+        rewards, mask, correct, lengths = mod.task_reward("variable", arr(prompts),
+                                                          arr(completions))
+        np.testing.assert_array_equal(np.asarray(rewards), [1, 1, 0, 0])
+        np.testing.assert_array_equal(np.asarray(correct), [True, True, False, False])
+        np.testing.assert_array_equal(np.asarray(lengths), [2, 4, 8, 1])
+        np.testing.assert_array_equal(np.asarray(mask).sum(1), [2, 4, 8, 1])
+        # counting and sparse: 5 tokens, partial vs all-or-nothing credit
+        p = np.array([2, 2])
+        c = np.array([[3, 4, 5, 6, 7], [3, 4, 0, 6, 7]])
+        r_count = mod.task_reward("counting", arr(p), arr(c))[0]
+        r_sparse = mod.task_reward("sparse", arr(p), arr(c))[0]
+        np.testing.assert_allclose(np.asarray(r_count), [1.0, 0.8])
+        np.testing.assert_allclose(np.asarray(r_sparse), [1.0, 0.0])
 
 
 def test_jax_learns_on_several_seeds_at_once():
@@ -151,7 +214,13 @@ def test_jax_learns_on_several_seeds_at_once():
     assert np.all(reward[:, 0] < 0.3)
     assert np.all(reward[:, -5:].mean(axis=1) > 0.7), reward[:, -5:].mean(axis=1)
     for k in METRIC_NAMES:
-        assert metrics[k].shape == (4, 80) and np.all(np.isfinite(metrics[k])), k
+        assert metrics[k].shape == (4, 80), k
+        if k not in ("len_correct", "len_incorrect"):
+            assert np.all(np.isfinite(metrics[k])), k
+    # the per-class lengths are undefined (NaN) exactly when the class is empty
+    np.testing.assert_array_equal(np.isnan(metrics["len_correct"]), metrics["correct_frac"] == 0)
+    np.testing.assert_array_equal(np.isnan(metrics["len_incorrect"]),
+                                  metrics["correct_frac"] == 1)
 
 
 @pytest.mark.parametrize("seed", [11, 12])

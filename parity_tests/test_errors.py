@@ -44,6 +44,20 @@ CASES = {
                ValueError, r"n must be an int >= 1, got 0"),
     "n-float": (("reinforce_gradient", (np.zeros(3), np.zeros(3), 2.5, 0.0, "RNG"), {}),
                 TypeError, r"n must be an int >= 1"),
+    "dual_clip-small": (_loss(dual_clip=0.5), ValueError, r"dual_clip must be a finite number > 1"),
+    "importance-unknown": (_loss(importance_level="seq"), ValueError,
+                           r"importance_level must be one of \('token', 'sequence'\)"),
+    "max_len-zero": (_loss(agg="constant", max_len=0), ValueError, r"max_len must be an int >= 1"),
+    "adv-per-token-wrong": (_loss(adv=np.zeros((2, 4))), ValueError, r"or one per token"),
+    "rloo-G1": (("rloo_advantages", (np.zeros((3, 1)),), {}), ValueError,
+                r"G >= 2 samples per group for RLOO"),
+    "rloo-1d": (("rloo_advantages", (np.zeros(3),), {}), ValueError, r"rewards must be 2-D"),
+    "gae-values-shape": (("gae_advantages", (Z23, np.zeros((2, 2)), ONES23), {}), ValueError,
+                         r"values must have the shape of rewards"),
+    "gae-gamma": (("gae_advantages", (Z23, Z23, ONES23), {"gamma": 1.5}), ValueError,
+                  r"gamma must lie in \[0, 1\]"),
+    "value_loss-shape": (("value_loss", (Z23, np.zeros((3, 3)), ONES23), {}), ValueError,
+                         r"returns must have the shape of values"),
     "rng-wrong": (("reinforce_gradient", (np.zeros(3), np.zeros(3), 4, 0.0, 7), {}),
                   TypeError, r"rng must be"),
 }
@@ -108,3 +122,17 @@ def test_masks_of_any_numeric_dtype_mean_the_same(impl):
     as_bool = impl.mod.grpo_loss(*args, impl.array(mask, dtype=bool))
     assert float(impl.numpy(as_bool)) == pytest.approx(as_float)
     assert g_float[0, 2] == 0.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"estimator": "ppo"}, r"estimator must be one of \('grpo', 'dr_grpo', 'rloo', 'gae'\)"),
+    ({"task": "adding"}, r"task must be one of"),
+    ({"estimator": "rloo", "group_size": 1}, r"group_size must be >= 2 for estimator='rloo'"),
+    ({"oversample": 0}, r"oversample must be an int >= 1"),
+    ({"lam": 1.5}, r"lam must lie in \[0, 1\]"),
+    ({"dual_clip": 1.0}, r"dual_clip must be > 1"),
+    ({"importance_level": "tok"}, r"importance_level must be one of"),
+])
+def test_bad_training_options_get_clear_errors(impl, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        impl.mod.train_counting(steps=1, **kwargs)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from parity_tests.strategies import group_rewards, logprob_values, loss_inputs
+from parity_tests.strategies import gae_inputs, group_rewards, logprob_values, loss_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -56,22 +56,32 @@ def test_grpo_advantages_invariant_to_affine_rewards(impl, rewards, a, b):
 
 @given(loss_inputs(equal_lengths=True))
 def test_token_and_seq_agree_when_lengths_are_equal(impl, x):
-    kw = {k: v for k, v in x.kwargs.items() if k != "agg"}
+    kw = {k: v for k, v in x.kwargs.items() if k not in ("agg", "max_len")}
     args = (x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask)
     tok, g_tok = impl.loss_and_grad(*args, dtype=np.float64, agg="token", **kw)
     seq, g_seq = impl.loss_and_grad(*args, dtype=np.float64, agg="seq", **kw)
     np.testing.assert_allclose(tok, seq, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(g_tok, g_seq, rtol=1e-10, atol=1e-12)
+    # and "constant" with max_len = the common length: sum / (N * len) is the same mean
+    length = int(x.mask[0].sum())
+    const, g_const = impl.loss_and_grad(*args, dtype=np.float64, agg="constant",
+                                        max_len=length, **kw)
+    np.testing.assert_allclose(const, tok, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g_const, g_tok, rtol=1e-10, atol=1e-12)
 
 
 @given(loss_inputs(), st.integers(1, 4))
 def test_padding_masked_columns_changes_nothing(impl, x, extra):
     args = (x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask)
-    base, g_base = impl.loss_and_grad(*args, dtype=np.float64, **x.kwargs)
+    kw = dict(x.kwargs)
+    if kw["max_len"] is None:  # "constant" divides by T unless told: fix it before padding
+        kw["max_len"] = x.mask.shape[1]
+    base, g_base = impl.loss_and_grad(*args, dtype=np.float64, **kw)
     pad = lambda a, v: np.pad(a, ((0, 0), (0, extra)), constant_values=v)  # noqa: E731
-    padded = (pad(x.logp_new, -3.0), pad(x.logp_old, -1.0), pad(x.logp_ref, 0.0), x.adv,
+    adv = pad(x.adv, 7.0) if x.adv.ndim == 2 else x.adv
+    padded = (pad(x.logp_new, -3.0), pad(x.logp_old, -1.0), pad(x.logp_ref, 0.0), adv,
               pad(x.mask, 0.0))
-    val, g = impl.loss_and_grad(*padded, dtype=np.float64, **x.kwargs)
+    val, g = impl.loss_and_grad(*padded, dtype=np.float64, **kw)
     np.testing.assert_allclose(val, base, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(g[:, : x.mask.shape[1]], g_base, rtol=1e-12, atol=1e-14)
     assert np.all(g[:, x.mask.shape[1]:] == 0)
@@ -106,3 +116,72 @@ def test_gradient_is_zero_when_clipped_and_nonzero_inside_band(impl, sign, t, ep
     assert np.all(g[0] == 0.0)
     # inside the band: d/dnew of -(ratio A) / (2t) = -A ratio / (2t)
     np.testing.assert_allclose(g[1], -sign * np.exp(inside) / (2 * t), rtol=1e-12)
+
+
+@given(loss_inputs(near_policy=False), st.sampled_from([1.5, 3.0]))
+def test_dual_clip_bounds_the_loss_of_negative_advantages(impl, x, c):
+    """With A < 0 everywhere, every token's loss is at most -c A; with A > 0 dual-clip
+    changes nothing."""
+    kw = {**x.kwargs, "beta": 0.0, "agg": "token", "importance_level": "token",
+          "dual_clip": None}
+    neg = -np.abs(x.adv) - 0.1
+    args = (x.logp_new, x.logp_old, x.logp_ref)
+    base, _ = impl.loss_and_grad(*args, neg, x.mask, dtype=np.float64, **kw)
+    dual, _ = impl.loss_and_grad(*args, neg, x.mask, dtype=np.float64, **{**kw, "dual_clip": c})
+    # closed form per token: min(max(surrogate, c A)) -> loss = -max(surr, cA)
+    a = neg[:, None] if neg.ndim == 1 else neg
+    r = np.exp(np.where(x.mask != 0, x.logp_new - x.logp_old, 0))
+    hi = 1 + (kw["clip_eps_high"] or kw["clip_eps"])
+    surr = np.minimum(r * a, np.clip(r, 1 - kw["clip_eps"], hi) * a)
+    expected = -np.sum(np.where(x.mask != 0, np.maximum(surr, c * a), 0)) / x.mask.sum()
+    np.testing.assert_allclose(dual, expected, rtol=1e-9, atol=1e-12)
+    assert dual <= base + 1e-12
+    pos = np.abs(x.adv) + 0.1
+    p0, g0 = impl.loss_and_grad(*args, pos, x.mask, dtype=np.float64, **kw)
+    p1, g1 = impl.loss_and_grad(*args, pos, x.mask, dtype=np.float64, **{**kw, "dual_clip": c})
+    np.testing.assert_allclose(p1, p0, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-15)
+
+
+@given(loss_inputs())
+def test_sequence_level_ratio_is_the_length_normalised_ratio(impl, x):
+    """GSPO equals token-level PPO on a batch whose per-token log-ratio is replaced by
+    its sequence mean (a closed form built with NumPy)."""
+    kw = {**x.kwargs, "beta": 0.0}
+    args = (x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask)
+    seq_level, _ = impl.loss_and_grad(*args, dtype=np.float64,
+                                      **{**kw, "importance_level": "sequence"})
+    d = np.where(x.mask != 0, x.logp_new - x.logp_old, 0)
+    mean_d = d.sum(1, keepdims=True) / x.mask.sum(1, keepdims=True)
+    shifted_new = x.logp_old + np.broadcast_to(mean_d, d.shape)
+    token_level, _ = impl.loss_and_grad(shifted_new, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                        dtype=np.float64, **{**kw, "importance_level": "token"})
+    np.testing.assert_allclose(seq_level, token_level, rtol=1e-9, atol=1e-12)
+
+
+@given(group_rewards(min_g=2))
+def test_rloo_is_the_leave_one_out_baseline(impl, rewards):
+    adv = impl.numpy(impl.mod.rloo_advantages(impl.array(rewards, np.float64)))
+    g = rewards.shape[1]
+    for i in range(g):  # a direct leave-one-out loop
+        others = np.delete(rewards, i, axis=1).mean(axis=1)
+        expected = np.where(rewards.max(1) == rewards.min(1), 0.0, rewards[:, i] - others)
+        np.testing.assert_allclose(adv[:, i], expected, rtol=1e-9, atol=1e-9)
+
+
+@given(gae_inputs())
+def test_gae_matches_a_direct_loop(impl, inputs):
+    rewards, values, mask, gamma, lam = inputs
+    arrays = (impl.array(a, np.float64) for a in (rewards, values, mask))
+    adv, ret = impl.mod.gae_advantages(*arrays, gamma=gamma, lam=lam)
+    # direct: for each valid t, A_t = sum_k (gamma lam)^k delta_{t+k} over the valid tail
+    expected = np.zeros_like(rewards)
+    for i in range(rewards.shape[0]):
+        n = int(mask[i].sum())
+        v = np.append(values[i, :n], 0.0)
+        delta = rewards[i, :n] + gamma * v[1:] - v[:-1]
+        for t in range(n):
+            expected[i, t] = sum((gamma * lam) ** k * delta[t + k] for k in range(n - t))
+    np.testing.assert_allclose(impl.numpy(adv), expected, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(impl.numpy(ret), np.where(mask != 0, expected + values, 0),
+                               rtol=1e-9, atol=1e-9)

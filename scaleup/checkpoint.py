@@ -54,15 +54,23 @@ def set_rng_states(state: dict) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer,
-                    cfg: TrainConfig) -> Path:
-    """Save everything needed to continue after ``step`` completed steps."""
+                    cfg: TrainConfig, rank_rngs: list[dict] | None = None) -> Path:
+    """Save everything needed to continue after ``step`` completed steps.
+
+    With K processes, rank 0 saves (adapter and optimizer state are the same on every
+    rank) and ``rank_rngs`` holds every rank's :func:`rng_states`, in rank order: rank 0's
+    are ``rng.pt`` as in a single-process run, all K under its key ``"ranks"``.
+    """
     final = checkpoint_dir(output_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(rng_states(), tmp / "rng.pt")
+    rng = dict(rank_rngs[0]) if rank_rngs else rng_states()
+    if rank_rngs and len(rank_rngs) > 1:
+        rng["ranks"] = rank_rngs
+    torch.save(rng, tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step}) + "\n")
     cfg.to_json(tmp / "config.json")
     shutil.rmtree(final, ignore_errors=True)
@@ -79,10 +87,26 @@ def load_adapter(model, folder: str | Path) -> None:
         raise ValueError(f"{folder}: adapter weights do not fit the model: {unexpected[:3]}")
 
 
-def load_checkpoint(folder: str | Path, model, optimizer) -> int:
-    """Restore adapter, optimizer and RNG states from ``folder``; return its step."""
+def load_checkpoint(folder: str | Path, model, optimizer, rank: int = 0,
+                    world_size: int = 1) -> int:
+    """Restore adapter, optimizer and RNG states from ``folder``; return its step.
+
+    Every rank of a K-process run loads the same folder; rank ``r`` takes its own RNG
+    states when the checkpoint was written by a run with the same K. Otherwise (K
+    changed) rank 0 takes the saved ones and rank ``r > 0`` reseeds from (seed, rank,
+    step): the run continues, but not as it would have with the old K.
+    """
     folder = Path(folder)
     load_adapter(model, folder)
     optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    set_rng_states(torch.load(folder / "rng.pt", weights_only=False))
-    return int(json.loads((folder / "state.json").read_text())["step"])
+    step = int(json.loads((folder / "state.json").read_text())["step"])
+    state = torch.load(folder / "rng.pt", weights_only=False)
+    ranks = state.pop("ranks", None)
+    if False:
+        set_rng_states(ranks[rank])
+    elif rank == 0:
+        set_rng_states(state)
+    else:
+        seed = TrainConfig.from_json(folder / "config.json").seed
+        torch.manual_seed(int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0]))
+    return step

@@ -92,7 +92,7 @@ def train(
     except _user_errors() as e:
         _fail(str(e))
     log = result["log"]
-    if log:
+    if log and result["rank"] == 0:
         console.print(f"done: {len(log)} steps, last mean reward "
                       f"{log[-1]['mean_reward']:.3f}; run in {result['output_dir']}")
 

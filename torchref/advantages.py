@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from grpospec import check_group_rewards
+from grpospec import check_gae, check_group_rewards, check_rloo_rewards
 
 
 def group_advantages(
@@ -32,3 +32,66 @@ def group_advantages(
         centered = centered / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps)
     all_equal = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
     return torch.where(all_equal, torch.zeros_like(centered), centered)
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """RLOO: ``A_i = r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean(r))``.
+
+    Needs G >= 2. A group whose rewards are all equal gets exactly zero advantages.
+
+    Args:
+      rewards: shape (B, G).
+    Returns:
+      advantages, shape (B, G).
+    """
+    if not isinstance(rewards, torch.Tensor):
+        raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
+    check_rloo_rewards(tuple(rewards.shape))
+    if not rewards.dtype.is_floating_point:
+        rewards = rewards.to(torch.get_default_dtype())
+    g = rewards.shape[1]
+    leave_one_out = (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
+    adv = rewards - leave_one_out
+    all_equal = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
+    return torch.where(all_equal, torch.zeros_like(adv), adv)
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token GAE(gamma, lambda) and returns, by a plain backward loop over time.
+
+    ``delta_t = r_t + gamma V_{t+1} m_{t+1} - V_t``;
+    ``A_t = delta_t + gamma lam m_{t+1} A_{t+1}``; returns ``A + V``. The valid tokens of
+    a row are a prefix (left-aligned); the value after the last valid token is 0 (the
+    episode ends). Masked positions may hold anything and get 0.
+
+    Args:
+      rewards: (N, T) per-token rewards.
+      values: (N, T) value predictions V_t (constants).
+      mask: (N, T) nonzero at valid tokens.
+      gamma: discount in [0, 1].
+      lam: GAE lambda in [0, 1].
+    Returns:
+      ``(advantages, returns)``, both (N, T), 0 at masked positions.
+    """
+    check_gae(tuple(rewards.shape), tuple(values.shape), tuple(mask.shape), gamma, lam)
+    valid = mask != 0
+    w = valid.to(values.dtype)
+    zero = torch.zeros((), dtype=values.dtype)
+    r = torch.where(valid, rewards.to(values.dtype), zero)
+    v = torch.where(valid, values.detach(), zero)
+    adv = torch.zeros_like(v)
+    next_adv = torch.zeros_like(v[:, 0])
+    next_value = torch.zeros_like(v[:, 0])
+    next_valid = torch.zeros_like(v[:, 0])
+    for t in reversed(range(v.shape[1])):
+        delta = r[:, t] + gamma * next_value * next_valid - v[:, t]
+        next_adv = (delta + gamma * lam * next_valid * next_adv) * w[:, t]
+        adv[:, t] = next_adv
+        next_value, next_valid = v[:, t], w[:, t]
+    return adv, torch.where(valid, adv + v, zero)

@@ -1,4 +1,4 @@
-"""The counting task (SPEC section 4) and its GRPO trainer, plain PyTorch."""
+"""The toy tasks (SPEC section 4 and its variants) and their GRPO trainer, plain PyTorch."""
 
 from __future__ import annotations
 
@@ -9,28 +9,38 @@ import numpy as np
 import torch
 from torch import nn
 
-from grpospec import COMPLETION_LENGTH, METRIC_NAMES, VOCAB_SIZE, CountingConfig
-from torchref.advantages import group_advantages
-from torchref.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, selective_log_softmax
+from grpospec import COMPLETION_LENGTH, END_TOKEN, METRIC_NAMES, VOCAB_SIZE, CountingConfig
+from torchref.advantages import gae_advantages, group_advantages, rloo_advantages
+from torchref.loss import (
+    clip_fraction,
+    grpo_loss,
+    k3_kl,
+    masked_mean,
+    selective_log_softmax,
+    value_loss,
+)
 
 
 class CounterPolicy(nn.Module):
-    """A tiny autoregressive policy: 8 tokens, 5 per completion.
+    """A tiny autoregressive policy: ``vocab_size`` tokens, ``length`` per completion.
 
     ``logits_t = tok_emb[prev_t] + pos_emb[t]``, where ``prev_0`` is the prompt token
     and ``prev_t`` the completion's token ``t - 1``; both tables are ``vocab_size`` wide
-    and start as N(0, ``init_std``^2), so the initial policy is close to uniform. The
-    same architecture, with the same parameter names, is ``jaxgrpo.CounterPolicy``.
+    and start as N(0, ``init_std``^2), so the initial policy is close to uniform. With
+    ``value_head``, a zero-initialised table ``value[t, prev_t]`` predicts the value of
+    each position's state (for PPO/GAE). The same architecture, with the same parameter
+    names, is ``jaxgrpo.CounterPolicy``.
     """
 
     def __init__(self, vocab_size: int = VOCAB_SIZE, length: int = COMPLETION_LENGTH,
-                 init_std: float = 0.1):
+                 init_std: float = 0.1, value_head: bool = False):
         super().__init__()
         self.vocab_size, self.length = vocab_size, length
         self.tok_emb = nn.Embedding(vocab_size, vocab_size)
         self.pos_emb = nn.Embedding(length, vocab_size)
         nn.init.normal_(self.tok_emb.weight, std=init_std)
         nn.init.normal_(self.pos_emb.weight, std=init_std)
+        self.value = nn.Parameter(torch.zeros(length, vocab_size)) if value_head else None
 
     def step_logits(self, prev: torch.Tensor, t: int) -> torch.Tensor:
         """Logits (B, V) of position ``t`` given the previous tokens ``prev`` (B,)."""
@@ -38,12 +48,19 @@ class CounterPolicy(nn.Module):
 
     def forward(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, L, V) for ``prompts`` (B,) and ``completions`` (B, L)."""
-        prev = torch.cat([prompts[:, None], completions[:, :-1]], dim=1)
+        prev = previous_tokens(prompts, completions)
         return self.tok_emb(prev) + self.pos_emb.weight[None, : prev.shape[1]]
 
     def token_logprobs(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
         """Per-token log-probs (B, L) of ``completions``."""
         return selective_log_softmax(self(prompts, completions), completions)
+
+    def values(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+        """Value predictions (B, L) of each position's state (needs ``value_head``)."""
+        if self.value is None:
+            raise ValueError("this CounterPolicy has no value head (value_head=False)")
+        prev = previous_tokens(prompts, completions)
+        return self.value[torch.arange(prev.shape[1])[None, :], prev]
 
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -51,11 +68,15 @@ class CounterPolicy(nn.Module):
         prev = prompts
         out = []
         for t in range(self.length):
-            logits = self.step_logits(prev, t)
-            probs = torch.softmax(logits.float(), -1)
+            probs = torch.softmax(self.step_logits(prev, t).float(), -1)
             prev = torch.multinomial(probs, 1, generator=generator)[:, 0]
             out.append(prev)
         return torch.stack(out, dim=1)
+
+
+def previous_tokens(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+    """The context token of each position (B, L): the prompt, then the completion shifted."""
+    return torch.cat([prompts[:, None], completions[:, :-1]], dim=1)
 
 
 def counting_reward(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
@@ -65,10 +86,68 @@ def counting_reward(prompts: torch.Tensor, completions: torch.Tensor) -> torch.T
     return (completions == target).float().mean(dim=1)
 
 
+def task_reward(task: str, prompts: torch.Tensor, completions: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reward, response mask, correctness and length of each completion.
+
+    * ``"counting"``: the fraction of correct positions (SPEC section 4); every token counts.
+    * ``"sparse"``: 1 only when every position is correct, else 0.
+    * ``"variable"``: the vocabulary adds an end token (8). A completion is an answer
+      token, then any number of free "reasoning" tokens, then the end token; the mask
+      covers the tokens up to and including the first end token (all of them if it never
+      comes: truncated). It is correct (reward 1) iff the answer is ``(p + 1) mod 8`` and
+      the end token comes later within the length limit. So right and wrong answers can
+      each be short or long: their lengths move only through how the update weighs
+      tokens, which is what the ``length-bias`` experiment measures.
+
+    Returns:
+      ``(rewards (B,) float32, mask (B, L) float32, correct (B,) bool, lengths (B,))``.
+    """
+    n, length = completions.shape
+    if task == "variable":
+        is_end = completions == END_TOKEN
+        ended = is_end.any(dim=1)
+        end_idx = torch.where(ended, is_end.float().argmax(dim=1), length - 1)
+        mask = (torch.arange(length)[None, :] <= end_idx[:, None]).float()
+        correct = (completions[:, 0] == (prompts + 1) % VOCAB_SIZE) & ended & (end_idx >= 1)
+        return correct.float(), mask, correct, end_idx + 1
+    per_position = counting_reward(prompts, completions)
+    correct = per_position == 1.0
+    rewards = per_position if task == "counting" else correct.float()
+    return rewards, torch.ones(n, length), correct, torch.full((n,), length)
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last axis, in float32."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def select_groups(grouped_rewards: torch.Tensor, n_keep: int) -> torch.Tensor:
+    """Dynamic sampling's choice: indices (n_keep,) of the groups to train on.
+
+    Groups whose rewards vary come first, in sampling order; zero-variance groups fill
+    the remaining places only when too few vary (a stable sort on "has zero variance").
+    """
+    zero_var = grouped_rewards.amax(dim=1) == grouped_rewards.amin(dim=1)
+    return torch.argsort(zero_var.to(torch.int8), stable=True)[:n_keep]
+
+
+def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,
+                mask, lengths):
+    """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
+    grouped = rewards.view(-1, cfg.group_size)
+    if cfg.estimator in ("grpo", "dr_grpo"):
+        return group_advantages(grouped, std_norm=cfg.estimator == "grpo").view(-1), None
+    if cfg.estimator == "rloo":
+        return rloo_advantages(grouped).view(-1), None
+    with torch.no_grad():
+        values = policy.values(prompts, completions)
+    terminal = nn.functional.one_hot(lengths - 1, mask.shape[1]).float() * rewards[:, None]
+    adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
+    mean = masked_mean(adv, mask)
+    std = masked_mean((adv - mean) ** 2, mask).sqrt()
+    return torch.where(mask != 0, (adv - mean) / (std + 1e-8), torch.zeros(())), returns
 
 
 def grpo_update(
@@ -78,17 +157,15 @@ def grpo_update(
     prompts: torch.Tensor,
     completions: torch.Tensor,
     cfg: CountingConfig,
-) -> dict[str, float]:
+) -> dict[str, torch.Tensor]:
     """One GRPO step on given rollouts: reward, advantages, ``inner_epochs`` Adam steps.
 
-    ``prompts`` (B*G,) and ``completions`` (B*G, L) are laid out group by group.
-    Returns the step's metrics (``grpospec.METRIC_NAMES``); clip fraction, KL, entropy
-    and loss are those of the last inner epoch, before its update.
+    ``prompts`` (B*G,) and ``completions`` (B*G, L) are laid out group by group. Returns
+    the update's metrics: ``loss``, ``clip_frac``, ``kl`` and ``entropy`` are those of the
+    last inner epoch, before its update.
     """
-    rewards = counting_reward(prompts, completions)
-    grouped = rewards.view(-1, cfg.group_size)
-    adv = group_advantages(grouped, std_norm=cfg.std_norm).view(-1)
-    mask = torch.ones_like(completions, dtype=torch.float32)
+    rewards, mask, _, lengths = task_reward(cfg.task, prompts, completions)
+    adv, returns = _advantages(cfg, policy, prompts, completions, rewards, mask, lengths)
     with torch.no_grad():
         logp_old = policy.token_logprobs(prompts, completions)
         logp_ref = ref_policy.token_logprobs(prompts, completions)
@@ -96,25 +173,47 @@ def grpo_update(
         logits = policy(prompts, completions)
         logp_new = selective_log_softmax(logits, completions)
         loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mask, cfg.clip_eps, cfg.beta,
-                         cfg.agg, cfg.clip_eps_high)
+                         cfg.agg, cfg.clip_eps_high, cfg.dual_clip, cfg.importance_level,
+                         cfg.length)
+        if returns is not None:
+            loss = loss + cfg.vf_coef * value_loss(policy.values(prompts, completions),
+                                                   returns, mask)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     with torch.no_grad():
-        zero_var = (grouped.amax(1) == grouped.amin(1)).float().mean()
-        metrics = {
-            "mean_reward": rewards.mean(),
-            "zero_var_frac": zero_var,
-            "clip_frac": clip_fraction(logp_new, logp_old, mask, cfg.clip_eps, cfg.clip_eps_high),
+        return {
+            "clip_frac": clip_fraction(logp_new, logp_old, mask, cfg.clip_eps,
+                                       cfg.clip_eps_high, cfg.importance_level),
             "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
             "entropy": masked_mean(token_entropy(logits), mask),
-            "loss": loss,
+            "loss": loss.detach(),
         }
-    return {k: float(metrics[k].detach()) for k in METRIC_NAMES}
+
+
+def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: torch.Tensor,
+                    kept: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
+    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    grouped = rewards.view(-1, cfg.group_size)
+    zero_var = grouped.amax(1) == grouped.amin(1)
+    lengths, c = lengths.float(), correct.float()
+    nan = torch.tensor(float("nan"))
+    return {
+        "mean_reward": rewards.mean(),
+        "zero_var_frac": zero_var.float().mean(),
+        "correct_frac": c.mean(),
+        "mean_length": lengths.mean(),
+        "len_correct": (lengths * c).sum() / c.sum() if c.sum() > 0 else nan,
+        "len_incorrect": (lengths * (1 - c)).sum() / (1 - c).sum() if c.sum() < len(c) else nan,
+        "sampled_tokens": mask.sum(),
+        "ds_dropped": (zero_var.sum() - zero_var[kept].sum()).float(),
+        "ds_filled": (~zero_var[kept].any()).float(),
+    }
 
 
 def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, np.ndarray]:
-    """Train ``CounterPolicy`` with GRPO on the counting task (SPEC section 4).
+    """Train ``CounterPolicy`` with GRPO on a toy task (SPEC section 4 by default).
 
     Args:
       seed: seeds the initial weights and every sample.
@@ -128,14 +227,21 @@ def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, 
     gen = torch.Generator().manual_seed(int(seed))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        policy = CounterPolicy()
+        policy = CounterPolicy(cfg.vocab_size, cfg.length, value_head=cfg.value_head)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+    pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
     history: dict[str, list[float]] = {k: [] for k in METRIC_NAMES}
     for _ in range(cfg.steps):
-        prompts = torch.randint(0, VOCAB_SIZE, (cfg.n_prompts,), generator=gen)
+        prompts = torch.randint(0, VOCAB_SIZE, (pool,), generator=gen)
         prompts = prompts.repeat_interleave(cfg.group_size)
         completions = policy.sample(prompts, gen)
-        for k, v in grpo_update(policy, ref_policy, optimizer, prompts, completions, cfg).items():
-            history[k].append(v)
+        grouped = task_reward(cfg.task, prompts, completions)[0].view(-1, cfg.group_size)
+        kept = select_groups(grouped, cfg.n_prompts)
+        metrics = rollout_metrics(cfg, prompts, completions, kept)
+        rows = (kept[:, None] * cfg.group_size + torch.arange(cfg.group_size)).reshape(-1)
+        metrics.update(grpo_update(policy, ref_policy, optimizer, prompts[rows],
+                                   completions[rows], cfg))
+        for k in METRIC_NAMES:
+            history[k].append(float(metrics[k]))
     return {k: np.asarray(v) for k, v in history.items()}

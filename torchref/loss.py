@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from grpospec import check_grpo_loss
+from grpospec import check_grpo_loss, check_same_shape
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -38,7 +38,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return x.sum() / valid.sum().clamp(min=1)
 
 
-def _check(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, clip_eps_high):
+def _check(logp_new, logp_old, logp_ref, adv, mask, *options):
     for name, x in (("logp_new", logp_new), ("logp_old", logp_old), ("logp_ref", logp_ref),
                     ("adv", adv), ("mask", mask)):
         if not isinstance(x, torch.Tensor):
@@ -46,7 +46,7 @@ def _check(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, clip_ep
     if not logp_new.dtype.is_floating_point:
         raise TypeError(f"logp_new must be a floating-point tensor, got dtype {logp_new.dtype}")
     check_grpo_loss(tuple(logp_new.shape), tuple(logp_old.shape), tuple(logp_ref.shape),
-                    tuple(adv.shape), tuple(mask.shape), clip_eps, beta, agg, clip_eps_high)
+                    tuple(adv.shape), tuple(mask.shape), *options)
 
 
 def grpo_loss(
@@ -59,13 +59,24 @@ def grpo_loss(
     beta: float = 0.0,
     agg: str = "token",
     clip_eps_high: float | None = None,
+    dual_clip: float | None = None,
+    importance_level: str = "token",
+    max_len: int | None = None,
 ) -> torch.Tensor:
-    """The clipped GRPO loss with a k3 KL penalty.
+    """The clipped GRPO loss with a k3 KL penalty, and its variants.
 
     ``ratio = exp(new - old)``;
     ``per_token = -(min(ratio A, clip(ratio, 1 - eps_low, 1 + eps_high) A) - beta k3)``.
-    ``agg="token"``: ``sum(per_token mask) / sum(mask)`` (DAPO).
-    ``agg="seq"``: mean over rows of ``sum_t(per_token mask) / sum_t(mask)`` (GRPO).
+
+    Aggregation ``agg``:
+      ``"token"`` (DAPO): ``sum(per_token mask) / sum(mask)``;
+      ``"seq"`` (GRPO): mean over rows of ``sum_t(per_token mask) / sum_t(mask)``;
+      ``"constant"`` (Dr. GRPO): ``sum(per_token mask) / (N * max_len)``, ``max_len``
+      defaulting to T, a normaliser that depends on no length.
+    Variants: ``clip_eps_high`` (DAPO's clip-higher); ``dual_clip = c > 1`` bounds the
+    surrogate from below by ``c A`` where ``A < 0`` (dual-clip PPO);
+    ``importance_level="sequence"`` (GSPO) replaces each token's ratio by its sequence's
+    length-normalised ratio ``exp(mean_t(new - old))``, clipped per sequence.
 
     Degenerate cases: a row with no valid token contributes 0 to the ``"seq"`` mean (it
     still counts in the number of rows, as in TRL); a batch with no valid token at all
@@ -75,33 +86,61 @@ def grpo_loss(
       logp_new: (N, T) per-token log-probs under the policy being trained.
       logp_old: (N, T) under the sampling policy; treated as a constant.
       logp_ref: (N, T) under the reference policy; treated as a constant.
-      adv: (N,) one advantage per sequence.
+      adv: (N,) one advantage per sequence, or (N, T) one per token; a constant.
       mask: (N, T) nonzero where the token is a real response token.
       clip_eps: eps_low, in (0, 1).
       beta: KL weight, >= 0.
-      agg: ``"token"`` or ``"seq"``.
+      agg: ``"token"``, ``"seq"`` or ``"constant"``.
       clip_eps_high: eps_high (> 0); ``None`` means ``clip_eps``.
+      dual_clip: the dual-clip bound c (> 1), or ``None``.
+      importance_level: ``"token"`` (PPO/GRPO) or ``"sequence"`` (GSPO).
+      max_len: the constant length of ``agg="constant"``; ``None`` means T.
     Returns:
       a scalar tensor of ``logp_new``'s dtype.
     """
-    _check(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, clip_eps_high)
+    _check(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, clip_eps_high,
+           dual_clip, importance_level, max_len)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     valid = mask != 0
+    w = valid.to(logp_new.dtype)
     zero = torch.zeros((), dtype=logp_new.dtype, device=logp_new.device)
     new = torch.where(valid, logp_new, zero)
     old = torch.where(valid, logp_old.detach().to(logp_new.dtype), zero)
     ref = torch.where(valid, logp_ref.detach().to(logp_new.dtype), zero)
-    a = adv.detach().to(logp_new.dtype)[:, None]
+    a = adv.detach().to(logp_new.dtype)
+    a = a[:, None] if a.dim() == 1 else torch.where(valid, a, zero)
 
-    ratio = torch.exp(new - old)
+    log_ratio = new - old
+    if importance_level == "sequence":
+        seq_log_ratio = log_ratio.sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp(min=1)
+        log_ratio = seq_log_ratio.expand_as(new)
+    ratio = torch.exp(log_ratio)
     surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + eps_high) * a)
+    if dual_clip is not None:
+        surrogate = torch.where(a < 0, torch.maximum(surrogate, dual_clip * a), surrogate)
     per_token = -(surrogate - beta * k3_kl(new, ref))
     per_token = torch.where(valid, per_token, zero)
 
-    w = valid.to(logp_new.dtype)
     if agg == "token":
         return per_token.sum() / w.sum().clamp(min=1)
-    return (per_token.sum(dim=1) / w.sum(dim=1).clamp(min=1)).mean()
+    if agg == "seq":
+        return (per_token.sum(dim=1) / w.sum(dim=1).clamp(min=1)).mean()
+    return per_token.sum() / (new.shape[0] * (new.shape[1] if max_len is None else max_len))
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``0.5 * masked_mean((values - returns)^2)``; ``returns`` is a constant.
+
+    Args:
+      values: (N, T) value predictions.
+      returns: (N, T) regression targets.
+      mask: (N, T) nonzero at valid positions.
+    """
+    check_same_shape(values=tuple(values.shape), returns=tuple(returns.shape),
+                     mask=tuple(mask.shape))
+    valid = mask != 0
+    err = torch.where(valid, values - returns.detach(), torch.zeros((), dtype=values.dtype))
+    return 0.5 * masked_mean(err**2, mask)
 
 
 def clip_fraction(
@@ -110,11 +149,18 @@ def clip_fraction(
     mask: torch.Tensor,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    importance_level: str = "token",
 ) -> torch.Tensor:
-    """Share of valid tokens whose ratio ``exp(new - old)`` lies outside the clip band."""
+    """Share of valid tokens whose ratio lies outside the clip band (the token's own ratio,
+    or with ``importance_level="sequence"`` its sequence's length-normalised ratio)."""
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     valid = mask != 0
     zero = torch.zeros((), dtype=logp_new.dtype)
-    ratio = torch.exp(torch.where(valid, logp_new - logp_old, zero))
+    log_ratio = torch.where(valid, logp_new - logp_old, zero)
+    if importance_level == "sequence":
+        w = valid.to(logp_new.dtype)
+        log_ratio = (log_ratio.sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1)
+                     ).expand_as(log_ratio)
+    ratio = torch.exp(log_ratio)
     outside = (ratio < 1 - clip_eps) | (ratio > 1 + eps_high)
     return masked_mean(outside.to(logp_new.dtype), mask)

@@ -1,0 +1,175 @@
+"""Helpers for the multi-process tests: start K CPU processes (gloo, 127.0.0.1 only), and
+the fixed batch and model every process (and the 1-process reference) builds alike."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+from scaleup.modeling import add_lora
+from scaleup.step import Batch, batch_logprobs
+from scaleup.tests.conftest import small_cfg
+from scaleup.tiny import tiny_qwen2, tiny_tokenizer
+
+N_PROMPTS, GROUP = 4, 2  # 8 rows: rank 0 gets groups 0-1, rank 1 groups 2-3
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (bind to port 0 and read it back)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_env(port: int) -> dict[str, str]:
+    """Environment for a process group on the loopback interface only."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    if sys.platform.startswith("linux"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+def _entry(rank, fn, k, port, args):
+    os.environ.update(local_env(port))
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(k),
+                      LOCAL_WORLD_SIZE=str(k))
+    torch.set_num_threads(1)
+    fn(rank, k, *args)
+
+
+def run_ranks(fn, k: int, *args, timeout: float = 240.0) -> None:
+    """Run ``fn(rank, k, *args)`` in ``k`` spawned processes (RANK, WORLD_SIZE,
+    MASTER_ADDR/PORT set as torchrun would); re-raise a worker's error; kill them all
+    after ``timeout`` seconds (a deadlock fails the test instead of hanging it)."""
+    ctx = mp.start_processes(_entry, args=(fn, k, free_port(), args), nprocs=k, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            raise TimeoutError(f"{k} processes did not finish in {timeout} s")
+
+
+def fixed_batch(seed: int = 0) -> Batch:
+    """8 rows (4 prompts x G = 2) with different prompt padding and response lengths, so
+    the two ranks' shares hold different numbers of valid tokens (19 and 12): a mean of
+    per-rank token means would differ from the global token mean."""
+    g = torch.Generator().manual_seed(seed)
+    n, p, t = N_PROMPTS * GROUP, 4, 7
+    lengths = [7, 5, 4, 3, 2, 1, 6, 3]
+    p_mask = torch.ones(n, p, dtype=torch.long)
+    c_mask = torch.zeros(n, t)
+    for i in range(n):
+        p_mask[i, : i % p] = 0
+        c_mask[i, : lengths[i]] = 1
+    return Batch(torch.randint(0, 256, (n, p), generator=g), p_mask,
+                 torch.randint(0, 256, (n, t), generator=g), c_mask,
+                 torch.randn(n, generator=g))
+
+
+def fixed_policy(cfg):
+    """The tiny model with a LoRA adapter whose B matrices are non-zero (seeded), so that
+    every LoRA weight gets a gradient."""
+    model = add_lora(tiny_qwen2(0, tiny_tokenizer()), cfg)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def off_policy(model, batch: Batch) -> Batch:
+    """``batch`` with ``logp_old`` = the model's log-probs + seeded noise (ratios away from
+    1, some outside the clip band) and ``logp_ref`` = ``logp_old - 0.2``."""
+    lp, _ = batch_logprobs(model, batch, len(batch), 3)
+    noise = 0.3 * torch.randn(lp.shape, generator=torch.Generator().manual_seed(2))
+    batch.logp_old = lp + noise
+    batch.logp_ref = batch.logp_old - 0.2
+    return batch
+
+
+def grad_cfg(agg):
+    return small_cfg(agg=agg, micro_batch_size=3, beta=0.1)
+
+
+def update_cfg():
+    return small_cfg(inner_epochs=2, beta=0.05, micro_batch_size=3, learning_rate=1e-3,
+                     max_grad_norm=1.0)
+
+
+def lora_grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def lora_params(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def equivalence_run(rank: int, k: int, out_dir: str) -> dict:
+    """On this rank's share of :func:`fixed_batch` (all of it when ``k == 1``): the
+    accumulated, DDP-reduced gradient of ``loss_backward`` for token and seq
+    aggregation, then one ``_update`` (2 inner epochs, AdamW, gradient clipping). Saves
+    the results to ``out_dir/rank<r>.pt`` and returns them."""
+    from scaleup.distributed import finish_distributed, init_distributed, rank_share, wrap_ddp
+    from scaleup.step import _update, loss_backward, zero_weight_row
+    from scaleup.train import make_optimizer
+
+    setup = init_distributed("cpu")
+    rows = torch.tensor(rank_share(list(range(N_PROMPTS * GROUP)), k, rank))
+    result = {}
+    for agg in ("token", "seq"):
+        model = fixed_policy(grad_cfg(agg))
+        ddp = wrap_ddp(model, torch.device("cpu"))
+        full = off_policy(model, fixed_batch())
+        share = full.rows(int(rows[0]), int(rows[-1]) + 1)
+        model.zero_grad()
+        result[f"stats_{agg}"] = loss_backward(model, share, grad_cfg(agg), ddp)
+        result[f"grads_{agg}"] = lora_grads(model)
+    cfg = update_cfg()
+    model = fixed_policy(cfg)
+    ddp = wrap_ddp(model, torch.device("cpu"))
+    opt = make_optimizer(model, cfg)
+    full = fixed_batch()
+    share = full.rows(int(rows[0]), int(rows[-1]) + 1)
+    result["params_before"] = lora_params(model)
+    result["update_stats"] = _update(model, opt, share, cfg, ddp)
+    result["params_after"] = lora_params(model)
+    # rank 1 lost all its groups (as dynamic sampling may leave it): it updates on a
+    # zero-weight row, rank 0 on its 2 groups; == the 1-process update on those 2 groups
+    model = fixed_policy(cfg)
+    ddp = wrap_ddp(model, torch.device("cpu"))
+    opt = make_optimizer(model, cfg)
+    first = full.rows(0, N_PROMPTS * GROUP // 2)
+    share = first if rank == 0 else zero_weight_row(full)
+    result["uneven_stats"] = _update(model, opt, first if k == 1 else share, cfg, ddp)
+    result["uneven_after"] = lora_params(model)
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    finish_distributed(setup)
+    return result
+
+
+def resume_run(rank: int, k: int, model_dir: str, out_dir: str) -> None:
+    """In one process group: a straight 4-step run ``a`` and a run ``b`` interrupted
+    after 3 steps (checkpoint at 2) and then resumed (``train`` joins the existing group).
+    Each rank saves its torch RNG state at the end of ``a`` and of ``b``."""
+    from scaleup.distributed import finish_distributed, init_distributed
+    from scaleup.train import train
+
+    setup = init_distributed("cpu")
+    kw = dict(model=model_dir, task="digit", steps=4, save_every=2, inner_epochs=2,
+              prompts_per_step=4, max_new_tokens=4, dynamic_sampling=True)
+    train(small_cfg(output_dir=os.path.join(out_dir, "a"), **kw), show_progress=False)
+    torch.save(torch.get_rng_state(), os.path.join(out_dir, f"a_rng{rank}.pt"))
+    train(small_cfg(output_dir=os.path.join(out_dir, "b"), **kw), stop_after=3,
+          show_progress=False)
+    train(small_cfg(output_dir=os.path.join(out_dir, "b")), resume=True, show_progress=False)
+    torch.save(torch.get_rng_state(), os.path.join(out_dir, f"b_rng{rank}.pt"))
+    finish_distributed(setup)

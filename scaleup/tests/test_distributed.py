@@ -1,0 +1,164 @@
+"""K processes (gloo on CPU, 127.0.0.1) against one: the same update, only rank 0 writes.
+
+The reference is always the plain single-process code on the full batch, run in this
+(test) process without any process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from scaleup.checkpoint import latest_checkpoint, load_checkpoint, rng_states, save_checkpoint
+from scaleup.config import ConfigError
+from scaleup.distributed import check_divisible, rank_share, world_size
+from scaleup.tests import dist_helpers as H
+from scaleup.tests.conftest import small_cfg
+from scaleup.train import make_optimizer, read_log
+
+#: float32 tolerance for 2-process vs 1-process results. The two differ only in the
+#: order of float32 sums (micro-batches of different rows, DDP's sum then / 2) and in the
+#: shapes the shares are trimmed to; measured max |difference| ~1e-8 on gradients and
+#: ~1e-9 on the updated weights (entries O(0.1)).
+ATOL, RTOL = 1e-6, 1e-5
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    H.run_ranks(H.equivalence_run, 2, str(out))
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    assert world_size() == 1  # no process group in the test process
+    return H.equivalence_run(0, 1, str(tmp_path_factory.mktemp("single")))
+
+
+def _close(got: dict, want: dict):
+    assert got.keys() == want.keys() and got
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=ATOL, rtol=RTOL, msg=name)
+
+
+@pytest.mark.parametrize("agg", ["token", "seq"])
+def test_two_process_gradient_equals_full_batch_gradient(two_ranks, one_rank, agg):
+    """DDP's reduced gradient of the ranks' shares == the 1-process full-batch gradient,
+    so the normaliser is global (19 + 12 valid tokens, not a mean of per-rank means)."""
+    want = one_rank[f"grads_{agg}"]
+    assert sum(float(g.abs().sum()) for g in want.values()) > 0
+    for r in range(2):
+        _close(two_ranks[r][f"grads_{agg}"], want)
+        for key in ("loss", "clip_frac", "entropy", "kl", "max_abs_log_ratio"):
+            assert two_ranks[r][f"stats_{agg}"][key] == pytest.approx(
+                one_rank[f"stats_{agg}"][key], rel=RTOL, abs=ATOL), key
+    assert 0 < one_rank[f"stats_{agg}"]["clip_frac"] < 1
+
+
+def test_two_process_update_equals_one_process_update(two_ranks, one_rank):
+    """One GRPO update (logp_old from the shares, 2 inner epochs, clipping, AdamW)."""
+    before, after = one_rank["params_before"], one_rank["params_after"]
+    assert all(not torch.equal(before[n], after[n]) for n in before)  # every weight moved
+    for r in range(2):
+        _close(two_ranks[r]["params_before"], before)
+        _close(two_ranks[r]["params_after"], after)
+        want, got = one_rank["update_stats"], two_ranks[r]["update_stats"]
+        assert got["first_epoch_max_abs_log_ratio"] == 0.0
+        for key in ("loss", "clip_frac", "entropy", "kl", "grad_norm"):
+            assert got[key] == pytest.approx(want[key], rel=RTOL, abs=ATOL), key
+    # the ranks hold bit-identical weights: DDP gave both the same gradient
+    assert all(torch.equal(two_ranks[0]["params_after"][n], two_ranks[1]["params_after"][n])
+               for n in after)
+
+
+def test_a_rank_without_rows_still_joins_the_update(two_ranks, one_rank):
+    """Rank 1 has nothing left to train (a zero-weight row, 1 micro-batch), rank 0 has two
+    groups (2 micro-batches): no deadlock, and the update is the 1-process update on rank
+    0's groups alone."""
+    for r in range(2):
+        _close(two_ranks[r]["uneven_after"], one_rank["uneven_after"])
+        for key in ("loss", "clip_frac", "kl", "grad_norm"):
+            assert two_ranks[r]["uneven_stats"][key] == pytest.approx(
+                one_rank["uneven_stats"][key], rel=RTOL, abs=ATOL), key
+    assert not all(torch.equal(one_rank["uneven_after"][n], one_rank["params_after"][n])
+                   for n in one_rank["params_after"])
+
+
+def test_shares_and_divisibility():
+    assert rank_share(list(range(6)), 3, 1) == [2, 3]
+    assert rank_share(list(range(6)), 1, 0) == list(range(6))
+    check_divisible(small_cfg(prompts_per_step=4), 2)
+    with pytest.raises(ConfigError, match=r"prompts_per_step \(--prompts-per-step\) = 4 must "
+                                          r"be divisible by the number of processes \(3\)"):
+        check_divisible(small_cfg(prompts_per_step=4), 3)
+
+
+def test_each_rank_resumes_its_own_rng_stream(tmp_path):
+    """A checkpoint of 2 ranks holds both RNG states; rank r restores its own."""
+    cfg = small_cfg(output_dir=str(tmp_path))
+    model = H.fixed_policy(cfg)
+    opt = make_optimizer(model, cfg)
+    states = []
+    for seed in (10, 11):
+        torch.manual_seed(seed)
+        states.append(rng_states())
+    save_checkpoint(tmp_path, 3, model, opt, cfg, states)
+    torch.manual_seed(99)
+    for r in (0, 1):
+        assert load_checkpoint(latest_checkpoint(tmp_path), model, opt, r, 2) == 3
+        assert torch.equal(torch.get_rng_state(), states[r]["torch"])
+    # a single-process resume of it takes rank 0's
+    load_checkpoint(latest_checkpoint(tmp_path), model, opt)
+    assert torch.equal(torch.get_rng_state(), states[0]["torch"])
+
+
+def test_torchrun_cli_two_processes_only_rank0_writes(tiny_dir, tmp_path):
+    """``torchrun --nproc_per_node=2 -m scaleup.cli train``: one log line a step with the
+    whole batch's counts, checkpoints from rank 0 holding both ranks' RNG streams."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={H.free_port()}",
+           "-m", "scaleup.cli", "train", "--model", str(tiny_dir), "--output-dir", str(out),
+           "--task", "digit", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
+           "--max-new-tokens", "3", "--device", "cpu", "--save-every", "1", "--lora-r", "2"]
+    env = {**os.environ, **H.local_env(0)}
+    env.pop("MASTER_PORT")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.json", "log.jsonl"]
+    log = read_log(out / "log.jsonl")
+    assert [r["step"] for r in log] == [0, 1]  # not one line per rank
+    assert all(r["trained_rows"] == 4 for r in log)  # both ranks' rows: 2 prompts x G = 2
+    assert json.loads((out / "config.json").read_text())["prompts_per_step"] == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001",
+                                                                        "step_000002"]
+    rng = torch.load(out / "checkpoints" / "step_000002" / "rng.pt", weights_only=False)
+    assert len(rng["ranks"]) == 2
+    assert not torch.equal(rng["ranks"][0]["torch"], rng["ranks"][1]["torch"])  # seed + rank
+    assert proc.stderr.count("done: 2 steps") + proc.stdout.count("done: 2 steps") == 1
+
+
+def test_two_process_resume_equals_no_interruption(tiny_dir, tmp_path):
+    """2 processes, with dynamic sampling: interrupted after 3 steps (checkpoint at 2) and
+    resumed == straight through (log, adapter, and each rank's sampling RNG at the end),
+    so every rank reloaded the checkpoint and its own RNG stream."""
+    H.run_ranks(H.resume_run, 2, str(tiny_dir), str(tmp_path))
+    timing = ("step_time_s", "sample_tokens_per_s", "peak_mem_gb")
+    logs = [[{k: v for k, v in r.items() if k not in timing}
+             for r in read_log(tmp_path / run / "log.jsonl")] for run in "ab"]
+    assert [r["step"] for r in logs[0]] == [0, 1, 2, 3] and logs[0] == logs[1]
+    # step 0 kept one group in all: the other rank updated on a zero-weight row
+    assert [r["trained_rows"] for r in logs[0]][0] == 4
+    rng = {f"{run}{r}": torch.load(tmp_path / f"{run}_rng{r}.pt") for run in "ab" for r in (0, 1)}
+    assert torch.equal(rng["a0"], rng["b0"]) and torch.equal(rng["a1"], rng["b1"])
+    assert not torch.equal(rng["a0"], rng["a1"])  # seed + rank: two streams
+    a, b = (load_file(str(latest_checkpoint(tmp_path / run) / "adapter_model.safetensors"))
+            for run in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
