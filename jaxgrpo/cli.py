@@ -62,21 +62,34 @@ def counting(
     seeds: Annotated[int, typer.Option(min=1, help="number of independent runs")] = 64,
     seed: Annotated[int, typer.Option(help="first seed; runs use seed .. seed + seeds - 1")] = 0,
     steps: Annotated[int, typer.Option(min=1, help="GRPO steps")] = 80,
+    task: Annotated[str, typer.Option(help="counting, sparse or variable")] = "counting",
+    completion_length: Annotated[int | None, typer.Option(
+        help="tokens per completion (default: the task's)")] = None,
     n_prompts: Annotated[int, typer.Option(min=1, help="prompts per step (B)")] = 16,
     group_size: Annotated[int, typer.Option(min=1, help="completions per prompt (G)")] = 8,
     inner_epochs: Annotated[int, typer.Option(min=1, help="updates per batch of rollouts")] = 2,
     lr: Annotated[float, typer.Option(help="Adam learning rate")] = 0.05,
     beta: Annotated[float, typer.Option(help="k3 KL weight against the initial policy")] = 0.01,
+    estimator: Annotated[str, typer.Option(
+        help="advantages: grpo, dr_grpo, rloo or gae (PPO with a value head)")] = "grpo",
+    agg: Annotated[str, typer.Option(help="loss aggregation: token, seq or constant")] = "token",
     clip_eps: Annotated[float, typer.Option(help="clip range eps_low, in (0, 1)")] = 0.2,
     clip_eps_high: Annotated[float | None, typer.Option(
         help="clip-higher eps_high (default: clip-eps)")] = None,
-    agg: Annotated[str, typer.Option(help="loss aggregation: token or seq")] = "token",
-    std_norm: Annotated[bool, typer.Option(
-        help="GRPO std normalisation (--no-std-norm: Dr. GRPO)")] = True,
+    dual_clip: Annotated[float | None, typer.Option(
+        help="dual-clip bound c > 1 for negative advantages")] = None,
+    importance_level: Annotated[str, typer.Option(
+        help="token ratios, or sequence (GSPO)")] = "token",
+    dynamic_sampling: Annotated[bool, typer.Option(
+        help="DAPO dynamic sampling: drop zero-variance groups, refill from extra ones")] = False,
+    oversample: Annotated[int, typer.Option(min=1, help="dynamic sampling's pool factor")] = 2,
+    gamma: Annotated[float, typer.Option(help="GAE discount (estimator gae)")] = 1.0,
+    lam: Annotated[float, typer.Option(help="GAE lambda (estimator gae)")] = 0.95,
+    vf_coef: Annotated[float, typer.Option(help="value-loss weight (estimator gae)")] = 0.5,
     out: Annotated[Path | None, typer.Option(
         help="output folder (new or empty); default runs/counting-<time>")] = None,
 ) -> None:
-    """Train the counting task with GRPO over many seeds; write metrics and a plot."""
+    """Train a toy task with GRPO (or a variant) over many seeds; write metrics and a plot."""
     from grpospec import CountingConfig
     from jaxgrpo.runs import (
         IMPLS,
@@ -93,7 +106,10 @@ def counting(
         cfg = CountingConfig(steps=steps, n_prompts=n_prompts, group_size=group_size,
                              inner_epochs=inner_epochs, learning_rate=lr, beta=beta,
                              clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg=agg,
-                             std_norm=std_norm)
+                             estimator=estimator, gamma=gamma, lam=lam, vf_coef=vf_coef,
+                             dual_clip=dual_clip, importance_level=importance_level,
+                             dynamic_sampling=dynamic_sampling, oversample=oversample,
+                             task=task, completion_length=completion_length)
     except (TypeError, ValueError) as e:
         _fail(f"bad option: {e}")
     out = _fresh_out_dir(out, "counting")
@@ -104,11 +120,11 @@ def counting(
                   console=console) as progress:
         what = ("compiling and training, all seeds in one vmapped program" if impl == "jax"
                 else "training seeds one after another")
-        task = progress.add_task(f"{impl}: {what}", total=seeds)
-        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(task))
+        bar = progress.add_task(f"{impl}: {what}", total=seeds)
+        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(bar))
 
     summary = summarize(result)
-    table = Table(title=f"counting task, {impl}, {seeds} seeds x {steps} steps "
+    table = Table(title=f"{task} task, {impl}, {seeds} seeds x {steps} steps "
                         "(mean over seeds [95% interval]; end = mean of last 5 steps)")
     table.add_column("metric")
     table.add_column("start", justify="right")
@@ -123,6 +139,36 @@ def counting(
     write_summary_json(result, cfg, out / "summary.json")
     plot_learning_curves([result], out / "curves.png")
     console.print(f"wrote {out}/metrics.csv, summary.json, curves.png")
+
+
+@app.command()
+def experiment(
+    name: Annotated[str, typer.Argument(
+        help="length-bias, entropy, zero-signal, estimators, or all")],
+    seeds: Annotated[int, typer.Option(min=2, help="seeds per arm (vmapped)")] = 64,
+    seed: Annotated[int, typer.Option(help="first seed")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="output folder (new or empty); default runs/experiment-<time>")] = None,
+) -> None:
+    """Reproduce a GRPO failure mode and its fix: a PNG of curves and a markdown table."""
+    from jaxgrpo.experiments import EXPERIMENTS, run_experiment, write_experiment
+
+    names = list(EXPERIMENTS) if name == "all" else [name]
+    if any(n not in EXPERIMENTS for n in names):
+        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or all, got {name!r}")
+    out = _fresh_out_dir(out, "experiment")
+    for n in names:
+        exp = EXPERIMENTS[n]
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total} arms"), TimeElapsedColumn(),
+                      console=console) as progress:
+            bar = progress.add_task(f"{n}: {seeds} seeds per arm, vmapped",
+                                    total=len(exp.arms))
+            results = run_experiment(n, seeds, seed,
+                                     lambda _, bar=bar: progress.advance(bar))
+        console.print(f"[bold]{n}[/]: {exp.question}")
+        console.print(write_experiment(exp, results, out), soft_wrap=True)
+    console.print(f"wrote {out}/")
 
 
 def main() -> None:  # pragma: no cover

@@ -118,12 +118,29 @@ def bandit_report(impl: str, samples: int = 200_000, repeats: int = 600, batch: 
 
 def mean_ci(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and a normal-approximation 95% interval of the mean (mean +- 1.96 SE) over
-    ``axis``; with one value the interval is the value itself."""
+    ``axis``, ignoring NaN (undefined) entries; with one value the interval is the value
+    itself, with none all three are NaN."""
     values = np.asarray(values, dtype=np.float64)
-    n = values.shape[axis]
-    mean = values.mean(axis=axis)
-    se = values.std(axis=axis, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
+    finite = np.isfinite(values)
+    n = finite.sum(axis=axis)
+    safe = np.where(finite, values, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = safe.sum(axis=axis) / n
+        dev = np.where(finite, values - np.expand_dims(mean, axis), 0.0)
+        var = (dev**2).sum(axis=axis) / np.maximum(n - 1, 1)
+        se = np.where(n > 1, np.sqrt(var / n), 0.0)
     return mean, mean - 1.96 * se, mean + 1.96 * se
+
+
+def seed_means(values: np.ndarray, last: int | None = None) -> np.ndarray:
+    """Per-seed mean over steps (the last ``last`` steps, or all), ignoring NaN steps;
+    NaN for a seed whose steps are all undefined. ``values``: (seeds, steps)."""
+    values = np.asarray(values, dtype=np.float64)
+    if last is not None:
+        values = values[:, -last:]
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(finite, values, 0.0).sum(1) / finite.sum(1)
 
 
 def summarize(result: RunResult, last: int = 5) -> dict[str, dict[str, float]]:
@@ -132,7 +149,7 @@ def summarize(result: RunResult, last: int = 5) -> dict[str, dict[str, float]]:
     out = {}
     for name, m in result.metrics.items():
         start = mean_ci(m[:, 0])
-        end = mean_ci(m[:, -last:].mean(axis=1))
+        end = mean_ci(seed_means(m, last))
         out[name] = {"start": float(start[0]), "start_lo": float(start[1]),
                      "start_hi": float(start[2]), "end": float(end[0]),
                      "end_lo": float(end[1]), "end_hi": float(end[2])}

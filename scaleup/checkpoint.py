@@ -21,6 +21,7 @@ from peft import set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from scaleup.config import TrainConfig
+from scaleup.distributed import is_distributed
 
 
 def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
@@ -36,11 +37,15 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def rng_states() -> dict:
-    """Every random state a step draws from: torch (CPU and CUDA), numpy, Python."""
+    """Every random state a step draws from: torch (CPU and CUDA), numpy, Python. In a
+    K-process run, only the CUDA state of this rank's current device."""
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
              "python": random.getstate()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        if is_distributed():  # one GPU per rank: touch only this rank's device
+            state["cuda_current"] = torch.cuda.get_rng_state()
+        else:
+            state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
@@ -51,6 +56,8 @@ def set_rng_states(state: dict) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda_current" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_current"])
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer,
@@ -102,7 +109,7 @@ def load_checkpoint(folder: str | Path, model, optimizer, rank: int = 0,
     step = int(json.loads((folder / "state.json").read_text())["step"])
     state = torch.load(folder / "rng.pt", weights_only=False)
     ranks = state.pop("ranks", None)
-    if False:
+    if world_size > 1 and ranks is not None and len(ranks) == world_size:
         set_rng_states(ranks[rank])
     elif rank == 0:
         set_rng_states(state)

@@ -60,7 +60,8 @@ def train(
     clip_eps_high: float | None = typer.Option(D.clip_eps_high, help="PPO clip range, high "
                                                "side (default: --clip-eps)."),
     beta: float = typer.Option(D.beta, help="KL penalty weight to the starting model."),
-    agg: str = typer.Option(D.agg, help="Loss aggregation: 'token' or 'seq'."),
+    agg: str = typer.Option(D.agg, help="Loss aggregation: 'token', 'seq' "
+                              "or 'constant' (Dr. GRPO)."),
     std_norm: bool = typer.Option(D.std_norm, help="Divide advantages by the group std."),
     dynamic_sampling: bool = typer.Option(D.dynamic_sampling, help="Drop zero-variance "
                                           "groups before the update."),

@@ -78,7 +78,8 @@ class TrainConfig:
     beta: float = 0.0
     """weight of the k3 KL penalty to the starting model (the adapter disabled)"""
     agg: str = "token"
-    """loss aggregation: 'token' (over all tokens of the batch) or 'seq'"""
+    """loss aggregation: 'token' (over all tokens of the batch), 'seq' or 'constant'
+    (Dr. GRPO: the batch's token sum / (rows * max_new_tokens))"""
     std_norm: bool = True
     """divide advantages by the group std (GRPO) or not (Dr. GRPO)"""
     dynamic_sampling: bool = False

@@ -53,7 +53,8 @@ def micro_batches(n: int, size: int) -> list[tuple[int, int]]:
 
 
 def global_count(total_mask: torch.Tensor, agg: str) -> float:
-    """Valid tokens (``agg="token"``) or rows (``"seq"``) of the whole step's batch: this
+    """Valid tokens (``agg="token"``) or rows (``"seq"``, ``"constant"``) of the whole
+    step's batch: this
     rank's ``total_mask`` summed over all ranks (one scalar all-reduce; just this rank's
     count without a process group)."""
     local = float((total_mask != 0).sum()) if agg == "token" else float(total_mask.shape[0])
@@ -81,7 +82,10 @@ def micro_batch_weight(mask: torch.Tensor, total_mask: torch.Tensor, agg: str,
     micro-batches gives the loss of the whole batch at once when
     ``w_k = (valid tokens in k) / (valid tokens in the batch)`` for ``agg="token"`` (the
     normaliser is the batch's global token count, not a mean of per-micro-batch means)
-    and ``w_k = (rows in k) / (rows in the batch)`` for ``agg="seq"``. Across K processes
+    and ``w_k = (rows in k) / (rows in the batch)`` for ``agg="seq"`` and ``"constant"``
+    (Dr. GRPO's ``sum / (rows * max_new_tokens)``; ``grpo_loss`` gets
+    ``max_len=cfg.max_new_tokens``, so trimming a micro-batch does not change its
+    constant). Across K processes
     "the batch" is all ranks' rows together and the denominator is
     :func:`loss_normaliser` (global count / K, because DDP averages over the ranks).
     ``normaliser`` is that denominator when already computed (it costs an all-reduce).
@@ -152,7 +156,7 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
                                          forward=ddp)
             logp_ref = mb.logp_ref if mb.logp_ref is not None else mb.logp_old
             loss = grpo_loss(logp_new, mb.logp_old, logp_ref, mb.adv, mb.mask, cfg.clip_eps,
-                             cfg.beta, cfg.agg, cfg.clip_eps_high)
+                             cfg.beta, cfg.agg, cfg.clip_eps_high, max_len=cfg.max_new_tokens)
             w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser)
             (loss * w).backward()
         with torch.no_grad():

@@ -125,7 +125,7 @@ def equivalence_run(rank: int, k: int, out_dir: str) -> dict:
     setup = init_distributed("cpu")
     rows = torch.tensor(rank_share(list(range(N_PROMPTS * GROUP)), k, rank))
     result = {}
-    for agg in ("token", "seq"):
+    for agg in ("token", "seq", "constant"):
         model = fixed_policy(grad_cfg(agg))
         ddp = wrap_ddp(model, torch.device("cpu"))
         full = off_policy(model, fixed_batch())

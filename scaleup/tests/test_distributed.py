@@ -48,7 +48,7 @@ def _close(got: dict, want: dict):
         torch.testing.assert_close(got[name], want[name], atol=ATOL, rtol=RTOL, msg=name)
 
 
-@pytest.mark.parametrize("agg", ["token", "seq"])
+@pytest.mark.parametrize("agg", ["token", "seq", "constant"])
 def test_two_process_gradient_equals_full_batch_gradient(two_ranks, one_rank, agg):
     """DDP's reduced gradient of the ranks' shares == the 1-process full-batch gradient,
     so the normaliser is global (19 + 12 valid tokens, not a mean of per-rank means)."""

@@ -34,7 +34,7 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-@pytest.mark.parametrize("agg", ["token", "seq"])
+@pytest.mark.parametrize("agg", ["token", "seq", "constant"])
 def test_accumulated_gradient_equals_the_full_batch_gradient(policy, agg):
     model, _ = policy
     with torch.no_grad():  # a non-zero adapter, so that every LoRA weight gets a gradient
@@ -52,7 +52,7 @@ def test_accumulated_gradient_equals_the_full_batch_gradient(policy, agg):
     lp, _ = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask,
                                 batch.completion_ids, batch.mask, chunk=100)
     full = grpo_loss(lp, batch.logp_old, batch.logp_ref, batch.adv, batch.mask, cfg.clip_eps,
-                     cfg.beta, agg)
+                     cfg.beta, agg, max_len=cfg.max_new_tokens)
     full.backward()
     want = _grads(model)
     model.zero_grad()
@@ -70,6 +70,7 @@ def test_micro_batch_weights_by_hand():
     assert micro_batch_weight(mask[:2], mask, "token") == pytest.approx(5 / 7)
     assert micro_batch_weight(mask[2:], mask, "token") == pytest.approx(2 / 7)
     assert micro_batch_weight(mask[:2], mask, "seq") == pytest.approx(2 / 3)
+    assert micro_batch_weight(mask[:2], mask, "constant") == pytest.approx(2 / 3)
 
 
 def _lora_and_base(model):

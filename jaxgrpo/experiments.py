@@ -1,0 +1,155 @@
+"""GRPO's failure modes and their fixes, reproduced on the toy tasks with many seeds.
+
+Each experiment trains a few *arms* (configurations) with ``seeds`` independent runs
+each, vmapped in one compiled JAX program per arm, then writes a PNG of the curves (mean
+over seeds with a 95% band) and a markdown table of final figures with 95% intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from grpospec import CountingConfig
+from jaxgrpo.runs import RunResult, mean_ci, run_seeds, seed_means
+
+LAST = 10  # "final" = the mean of the last LAST steps of each seed
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment: shared settings, the arms compared, what is plotted and tabled."""
+
+    name: str
+    question: str
+    base: dict
+    arms: dict[str, dict]
+    panels: tuple[str, ...]
+    table: tuple[str, ...]
+    per_token: bool = False  # also plot reward against cumulative sampled tokens
+    notes: dict = field(default_factory=dict)
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e for e in (
+        Experiment(
+            name="length-bias",
+            question="Does GRPO's per-sequence normalisation (agg='seq' with std_norm) make "
+                     "incorrect completions longer than the fix (agg='token', no std)?",
+            base=dict(task="variable", completion_length=12, steps=200, learning_rate=0.02,
+                      beta=0.0),
+            arms={"GRPO (seq mean, std norm)": dict(agg="seq", estimator="grpo"),
+                  "fix (token mean, no std)": dict(agg="token", estimator="dr_grpo")},
+            panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
+            table=("len_incorrect", "len_correct", "mean_reward"),
+        ),
+        Experiment(
+            name="entropy",
+            question="Does clip-higher (eps 0.2 / 0.28) keep token entropy up compared with "
+                     "symmetric clipping (eps 0.2), and what does it do to the reward?",
+            base=dict(steps=100, learning_rate=0.1, inner_epochs=4, beta=0.0),
+            arms={"symmetric 0.2": dict(clip_eps=0.2),
+                  "clip-higher 0.2/0.28": dict(clip_eps=0.2, clip_eps_high=0.28)},
+            panels=("entropy", "mean_reward", "clip_frac"),
+            table=("entropy", "mean_reward", "clip_frac"),
+        ),
+        Experiment(
+            name="zero-signal",
+            question="With sparse rewards most groups have zero variance and teach nothing; "
+                     "does dynamic sampling (oversample x4, keep groups that vary) help?",
+            base=dict(task="sparse", completion_length=4, steps=150),
+            arms={"no dynamic sampling": dict(),
+                  "dynamic sampling x4": dict(dynamic_sampling=True, oversample=4)},
+            panels=("mean_reward", "zero_var_frac", "ds_filled"),
+            table=("mean_reward", "zero_var_frac", "ds_filled"),
+            per_token=True,
+        ),
+        Experiment(
+            name="estimators",
+            question="GRPO vs Dr. GRPO vs RLOO vs PPO with GAE (a learned value head) on "
+                     "the counting task: reward per step and per sampled token.",
+            base=dict(steps=80),
+            arms={"GRPO": dict(estimator="grpo"), "Dr. GRPO": dict(estimator="dr_grpo"),
+                  "RLOO": dict(estimator="rloo"), "PPO + GAE": dict(estimator="gae")},
+            panels=("mean_reward", "entropy", "zero_var_frac"),
+            table=("mean_reward", "entropy"),
+            per_token=True,
+        ),
+    )
+}
+
+
+def run_experiment(name: str, seeds: int = 64, seed: int = 0,
+                   on_arm=None) -> dict[str, RunResult]:
+    """Train every arm of experiment ``name`` over ``seeds`` seeds; ``{arm: result}``."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {name!r}")
+    exp = EXPERIMENTS[name]
+    results = {}
+    for arm, overrides in exp.arms.items():
+        cfg = CountingConfig(**{**exp.base, **overrides})
+        results[arm] = run_seeds("jax", cfg, list(range(seed, seed + seeds)))
+        if on_arm is not None:
+            on_arm(arm)
+    return results
+
+
+def table_markdown(exp: Experiment, results: dict[str, RunResult]) -> str:
+    """Final figures (mean of each seed's last LAST steps; the reward also averaged over
+    all steps, a measure of speed), mean over seeds [95% interval]."""
+    cols = [f"{m} (final)" for m in exp.table] + ["mean_reward (all steps)"]
+    lines = ["| arm | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for arm, r in results.items():
+        cells = []
+        for series in [seed_means(r.metrics[m], LAST) for m in exp.table] + [
+                seed_means(r.metrics["mean_reward"])]:
+            mean, lo, hi = mean_ci(series)
+            cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    n = len(next(iter(results.values())).seeds)
+    return "\n".join(lines) + f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps.\n"
+
+
+def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
+    """Curves per metric (and reward per sampled token), mean over seeds, 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_panels = len(exp.panels) + int(exp.per_token)
+    fig, axes = plt.subplots(1, n_panels, figsize=(4.3 * n_panels, 3.4), squeeze=False)
+    for ax, metric in zip(axes[0], exp.panels, strict=False):
+        for arm, r in results.items():
+            mean, lo, hi = mean_ci(r.metrics[metric])
+            steps = np.arange(len(mean))
+            ax.plot(steps, mean, label=arm)
+            ax.fill_between(steps, lo, hi, alpha=0.2)
+        ax.set_title(metric)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if exp.per_token:
+        ax = axes[0][-1]
+        for arm, r in results.items():
+            tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0)
+            mean, lo, hi = mean_ci(r.metrics["mean_reward"])
+            ax.plot(tokens, mean, label=arm)
+            ax.fill_between(tokens, lo, hi, alpha=0.2)
+        ax.set_title("mean_reward per sampled token")
+        ax.set_xlabel("cumulative sampled tokens")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{exp.name}: mean over seeds, band = 95% interval", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_experiment(exp: Experiment, results: dict[str, RunResult], out: Path) -> str:
+    """Write ``out/<name>.png`` and ``out/<name>.md``; returns the markdown table."""
+    plot_experiment(exp, results, out / f"{exp.name}.png")
+    table = table_markdown(exp, results)
+    (out / f"{exp.name}.md").write_text(f"### {exp.name}\n\n{exp.question}\n\n{table}")
+    return table
