@@ -62,8 +62,9 @@ def rloo_advantages(rewards: jax.Array) -> jax.Array:
       advantages, shape (B, G).
 
     >>> import jax.numpy as jnp
-    >>> rloo_advantages(jnp.array([[1.0, 0.0, 0.0, 1.0]])).round(4).tolist()
-    [[0.6667, -0.6667, -0.6667, 0.6667]]
+    >>> adv = rloo_advantages(jnp.array([[1.0, 0.0, 0.0, 1.0]]))  # G / (G - 1) * (r - 0.5)
+    >>> [round(a, 4) for a in adv[0].tolist()]
+    [0.6667, -0.6667, -0.6667, 0.6667]
     """
     rewards = as_float_array("rewards", rewards)
     check_rloo_rewards(rewards.shape)
