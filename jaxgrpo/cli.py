@@ -86,6 +86,9 @@ def counting(
     gamma: Annotated[float, typer.Option(help="GAE discount (estimator gae)")] = 1.0,
     lam: Annotated[float, typer.Option(help="GAE lambda (estimator gae)")] = 0.95,
     vf_coef: Annotated[float, typer.Option(help="value-loss weight (estimator gae)")] = 0.5,
+    mesh: Annotated[str | None, typer.Option(
+        help="JAX device mesh SEEDSxDATA, e.g. 2x4: seeds split over the first axis, each "
+             "run's prompt groups over the second (default: one device)")] = None,
     out: Annotated[Path | None, typer.Option(
         help="output folder (new or empty); default runs/counting-<time>")] = None,
 ) -> None:
@@ -112,6 +115,17 @@ def counting(
                              task=task, completion_length=completion_length)
     except (TypeError, ValueError) as e:
         _fail(f"bad option: {e}")
+    mesh_shape = None
+    if mesh is not None:
+        from jaxgrpo.sharding import check_mesh_fits, make_mesh, parse_mesh
+
+        if impl != "jax":
+            _fail("--mesh is for --impl jax only")
+        try:
+            mesh_shape = parse_mesh(mesh)
+            check_mesh_fits(cfg, seeds, make_mesh(*mesh_shape))
+        except ValueError as e:
+            _fail(f"--mesh: {e}")
     out = _fresh_out_dir(out, "counting")
     seed_list = list(range(seed, seed + seeds))
 
@@ -121,7 +135,7 @@ def counting(
         what = ("compiling and training, all seeds in one vmapped program" if impl == "jax"
                 else "training seeds one after another")
         bar = progress.add_task(f"{impl}: {what}", total=seeds)
-        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(bar))
+        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(bar), mesh_shape)
 
     summary = summarize(result)
     table = Table(title=f"{task} task, {impl}, {seeds} seeds x {steps} steps "

@@ -302,11 +302,17 @@ class RunnerState(NamedTuple):
     key: jax.Array
 
 
-def make_train(cfg: CountingConfig):
+def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None = None):
     """Returns ``train(key) -> (final (policy, optimizer) state, metrics)``.
 
     ``metrics`` maps each of ``grpospec.METRIC_NAMES`` to an array of shape (steps,).
     ``train`` is pure: jit it, vmap it over keys for many seeds.
+
+    ``batch_sharding`` (e.g. ``NamedSharding(mesh, P("data"))``) constrains each step's
+    batch of prompts and completions, laid out group by group, to be split along its
+    leading axis; with whole groups per device (see ``jaxgrpo.sharding``), advantages
+    need no communication, and XLA sums the gradients of the replicated parameters
+    across the data axis. ``None``: no constraint.
     """
 
     pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
@@ -325,13 +331,20 @@ def make_train(cfg: CountingConfig):
             key, k_prompt, k_sample = jax.random.split(runner.key, 3)
             prompts = jax.random.randint(k_prompt, (pool,), 0, VOCAB_SIZE)
             prompts = jnp.repeat(prompts, cfg.group_size)
+            if batch_sharding is not None:
+                prompts = jax.lax.with_sharding_constraint(prompts, batch_sharding)
             completions, _ = sample_completions(model, prompts, k_sample)
             grouped = task_reward(cfg.task, prompts, completions)[0].reshape(-1, cfg.group_size)
             kept = select_groups(grouped, cfg.n_prompts)
             metrics = rollout_metrics(cfg, prompts, completions, kept)
             rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
-            metrics.update(grpo_update(model, optimizer, ref_model, prompts[rows],
-                                       completions[rows], cfg))
+            batch_prompts, batch_completions = prompts[rows], completions[rows]
+            if batch_sharding is not None:
+                batch_prompts = jax.lax.with_sharding_constraint(batch_prompts, batch_sharding)
+                batch_completions = jax.lax.with_sharding_constraint(batch_completions,
+                                                                     batch_sharding)
+            metrics.update(grpo_update(model, optimizer, ref_model, batch_prompts,
+                                       batch_completions, cfg))
             return RunnerState(nnx.state((model, optimizer)), key), metrics
 
         runner, metrics = jax.lax.scan(

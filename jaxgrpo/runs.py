@@ -32,11 +32,15 @@ class RunResult:
 
 
 def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
-              on_seed_done: Callable[[int], None] | None = None) -> RunResult:
-    """Train ``len(seeds)`` independent runs: JAX vmapped in one compiled program, torch
-    one after another (calling ``on_seed_done`` after each)."""
+              on_seed_done: Callable[[int], None] | None = None,
+              mesh: tuple[int, int] | None = None) -> RunResult:
+    """Train ``len(seeds)`` independent runs: JAX vmapped in one compiled program (over a
+    ``(seeds, data)`` device mesh when ``mesh`` is given), torch one after another
+    (calling ``on_seed_done`` after each)."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if mesh is not None and impl != "jax":
+        raise ValueError("mesh is for impl='jax' only")
     seeds = [int(s) for s in seeds]
     if impl == "jax":
         import jax
@@ -46,7 +50,15 @@ def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
 
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
         t0 = time.perf_counter()
-        compiled = jax.jit(jax.vmap(make_train(cfg))).lower(keys).compile()
+        if mesh is None:
+            program = jax.jit(jax.vmap(make_train(cfg)))
+        else:
+            from jaxgrpo.sharding import check_mesh_fits, make_mesh, sharded_train
+
+            device_mesh = make_mesh(*mesh)
+            check_mesh_fits(cfg, len(seeds), device_mesh)
+            program = sharded_train(cfg, device_mesh)
+        compiled = program.lower(keys).compile()
         t1 = time.perf_counter()
         _, metrics = jax.block_until_ready(compiled(keys))
         t2 = time.perf_counter()
