@@ -1,7 +1,12 @@
 """jaxgrpo: the RL math of LLM post-training in JAX (see SPEC.md)."""
 
 from jaxgrpo.advantages import gae_advantages, group_advantages, rloo_advantages
-from jaxgrpo.bandit import exact_policy_gradient, expected_reward, reinforce_gradient
+from jaxgrpo.bandit import (
+    exact_policy_gradient,
+    expected_reward,
+    reinforce_gradient,
+    reinforce_gradients,
+)
 from jaxgrpo.counting import (
     CounterPolicy,
     counting_reward,
@@ -40,6 +45,7 @@ __all__ = [
     "make_train",
     "masked_mean",
     "reinforce_gradient",
+    "reinforce_gradients",
     "rloo_advantages",
     "rollout_metrics",
     "sample_completions",

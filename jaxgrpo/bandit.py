@@ -86,3 +86,23 @@ def reinforce_gradient(
     ):
         raise TypeError(f"rng must be a JAX PRNG key, got {type(rng).__name__}")
     return _reinforce(theta, rewards, n, jnp.asarray(baseline, theta.dtype), rng)
+
+
+_reinforce_many = jax.jit(jax.vmap(_reinforce, in_axes=(None, None, None, None, 0)),
+                          static_argnames=("n",))
+
+
+def reinforce_gradients(theta: jax.Array, rewards: jax.Array, n: int, baseline: float,
+                        keys: jax.Array) -> jax.Array:
+    """Many independent REINFORCE estimates at once: ``reinforce_gradient`` vmapped over
+    a batch of keys (R,), compiled once per ``n``. Returns (R, K)."""
+    theta, rewards = as_float_array("theta", theta), as_float_array("rewards", rewards)
+    check_bandit(theta.shape, rewards.shape)
+    n = check_positive_int("n", n)
+    b = scalar_or_none(baseline)
+    if b is None or not math.isfinite(b):
+        raise ValueError(f"baseline must be a finite number, got {baseline!r}")
+    if not isinstance(keys, jax.Array) or keys.ndim != 1 or not jnp.issubdtype(
+            keys.dtype, jax.dtypes.prng_key):
+        raise TypeError("keys must be a 1-D array of JAX PRNG keys (jax.random.split(key, R))")
+    return _reinforce_many(theta, rewards, n, jnp.asarray(baseline, theta.dtype), keys)

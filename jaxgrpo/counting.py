@@ -205,7 +205,8 @@ def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
         return token, (token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0])
 
     keys = jax.random.split(key, model.length)
-    _, (tokens, logps) = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), keys))
+    _, (tokens, logps) = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), keys),
+                                      unroll=True)
     return tokens.T, logps.T
 
 
@@ -260,7 +261,7 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
         return nnx.state((model, optimizer)), (loss, table, logp_new)
 
     state, (losses, table, logp_new) = jax.lax.scan(
-        _update_epoch, state, None, length=cfg.inner_epochs)
+        _update_epoch, state, None, length=cfg.inner_epochs, unroll=True)
     nnx.update((model, optimizer), state)
     table, logp_new = table[-1], logp_new[-1]
     entropy = gather_context(token_entropy(table), prompts, completions)

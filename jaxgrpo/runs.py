@@ -96,8 +96,7 @@ def reinforce_estimates(impl: str, theta, rewards, n: int, baseline: float, repe
         import jaxgrpo
 
         keys = jax.random.split(jax.random.key(seed), repeats)
-        one = lambda k: jaxgrpo.reinforce_gradient(theta, rewards, n, baseline, k)  # noqa: E731
-        return np.asarray(jax.jit(jax.vmap(one))(keys))
+        return np.asarray(jaxgrpo.reinforce_gradients(theta, rewards, n, baseline, keys))
     if impl == "torch":
         import torch
 
