@@ -41,8 +41,13 @@ def run_page(page: Path, figures: Path) -> tuple[int, int, str]:
         page.read_text(encoding="utf-8"), globs, page.stem, str(page), 0)
     report = io.StringIO()
     runner = doctest.DocTestRunner(optionflags=OPTIONFLAGS)
-    with np.printoptions(precision=4, suppress=True):
-        runner.run(test, out=report.write)
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # pages read docs/experiments/... relative to the checkout's root
+    try:
+        with np.printoptions(precision=4, suppress=True):
+            runner.run(test, out=report.write)
+    finally:
+        os.chdir(cwd)
     import matplotlib.pyplot as plt
 
     plt.close("all")
@@ -50,7 +55,6 @@ def run_page(page: Path, figures: Path) -> tuple[int, int, str]:
 
 
 def main(argv: list[str]) -> int:
-    os.chdir(ROOT)
     pages = [p for p in PAGES if not argv or any(p.name.startswith(a) for a in argv)]
     failed = 0
     for page in pages:
