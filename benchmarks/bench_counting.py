@@ -7,8 +7,14 @@ Measures, in one run on this machine:
      compile included (a fresh jit: lowering + XLA compile + run) and excluded;
   2. 64 seeds: JAX vmapped in one program vs torch one seed after another;
   3. the REINFORCE variance check (600 estimates of 32 samples, twice): both ways.
+  4. 64 seeds on a CPU device mesh with one device per core (``--mesh Kx1``), so that
+     XLA runs the seed shards on all cores at once (torch also uses every core).
 Prints a table of times and ratios (torch time / JAX time), with the machine it ran on.
 Timings are the median of ``--repeats`` runs.
+
+To get one JAX CPU device per core, the script sets
+``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>`` before JAX starts (unless
+XLA_FLAGS is already set); the single-device rows run on the first device as usual.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import platform
 import statistics
 import time
 
-import jax
-import numpy as np
-import torch
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={os.cpu_count()}")
 
-from grpospec import CountingConfig
-from jaxgrpo.runs import bandit_report, run_seeds
+import jax  # noqa: E402  (after XLA_FLAGS)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from grpospec import CountingConfig  # noqa: E402
+from jaxgrpo.runs import bandit_report, compile_jax_seeds, run_seeds  # noqa: E402
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -36,18 +44,33 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _settle() -> None:
+    """Let the other framework's worker threads go idle: right after torch work, its
+    spinning OpenMP threads slow XLA by a third on 2 cores (and vice versa)."""
+    time.sleep(1.0)
+
+
+def _jax_run_time(cfg: CountingConfig, seeds: list[int], repeats: int, mesh=None) -> float:
+    """Median time of the compiled program (compiled once, one warm-up call first)."""
+    compiled, keys = compile_jax_seeds(cfg, seeds, mesh)
+    jax.block_until_ready(compiled(keys))
+    _settle()
+    return _median_time(lambda: jax.block_until_ready(compiled(keys)), repeats)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=64, help="seeds of the many-seed case")
-    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (median)")
+    parser.add_argument("--repeats", type=int, default=7, help="timing repeats (median)")
     args = parser.parse_args()
     cfg = CountingConfig()
 
     rows = []
     # 1. one seed
     torch_one = _median_time(lambda: run_seeds("torch", cfg, [0]), args.repeats)
+    _settle()
     jax_first = run_seeds("jax", cfg, [0])  # fresh jit of this config: compile + run
-    jax_one = statistics.median(run_seeds("jax", cfg, [0]).run_s for _ in range(args.repeats))
+    jax_one = _jax_run_time(cfg, [0], args.repeats)
     rows.append(("1 seed, torch", torch_one, None))
     rows.append(("1 seed, JAX incl. compile", jax_first.compile_s + jax_first.run_s,
                  torch_one / (jax_first.compile_s + jax_first.run_s)))
@@ -55,9 +78,11 @@ def main() -> None:
 
     # 2. many seeds
     seeds = list(range(args.seeds))
+    _settle()
     t_many = run_seeds("torch", cfg, seeds)
+    _settle()
     j_many_first = run_seeds("jax", cfg, seeds)
-    j_many = statistics.median(run_seeds("jax", cfg, seeds).run_s for _ in range(args.repeats))
+    j_many = _jax_run_time(cfg, seeds, args.repeats)
     rows.append((f"{args.seeds} seeds, torch sequential", t_many.run_s, None))
     rows.append((f"{args.seeds} seeds, JAX vmapped incl. compile",
                  j_many_first.compile_s + j_many_first.run_s,
@@ -65,6 +90,14 @@ def main() -> None:
     rows.append((f"{args.seeds} seeds, JAX vmapped after compile", j_many,
                  t_many.run_s / j_many))
     rows.append((f"{args.seeds} JAX seeds vs 1 torch seed", j_many, torch_one / j_many))
+    n_dev = len(jax.devices())
+    if n_dev > 1 and args.seeds % n_dev == 0:
+        mesh = (n_dev, 1)
+        j_mesh = _jax_run_time(cfg, seeds, args.repeats, mesh)
+        rows.append((f"{args.seeds} seeds, JAX on a {n_dev}x1 CPU mesh (a device per core)",
+                     j_mesh, t_many.run_s / j_mesh))
+        rows.append((f"{args.seeds} JAX seeds on the mesh vs 1 torch seed", j_mesh,
+                     torch_one / j_mesh))
 
     # 3. REINFORCE variance check (first JAX call compiles; the second is timed)
     t_var = statistics.median(bandit_report("torch")["variance_check_s"]
@@ -81,7 +114,8 @@ def main() -> None:
     }
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} "
-          f"threads), jax {jax.__version__} on {jax.devices()[0].platform}")
+          f"threads), jax {jax.__version__} on {jax.devices()[0].platform} "
+          f"({len(jax.devices())} devices)")
     print(f"final reward over {args.seeds} seeds: torch {end_reward['torch']:.3f}, "
           f"JAX {end_reward['jax']:.3f}")
     print()

@@ -31,6 +31,27 @@ class RunResult:
     run_s: float  # training itself, compile excluded
 
 
+def compile_jax_seeds(cfg: CountingConfig, seeds: Sequence[int],
+                      mesh: tuple[int, int] | None = None):
+    """The compiled ``jit(vmap(train))`` for these seeds (sharded over a ``(seeds, data)``
+    mesh when given) and its input keys: ``compiled(keys) -> (state, metrics)``."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgrpo.counting import make_train
+
+    keys = jax.vmap(jax.random.key)(jnp.asarray([int(s) for s in seeds], jnp.uint32))
+    if mesh is None:
+        program = jax.jit(jax.vmap(make_train(cfg)))
+    else:
+        from jaxgrpo.sharding import check_mesh_fits, make_mesh, sharded_train
+
+        device_mesh = make_mesh(*mesh)
+        check_mesh_fits(cfg, len(keys), device_mesh)
+        program = sharded_train(cfg, device_mesh)
+    return program.lower(keys).compile(), keys
+
+
 def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
               on_seed_done: Callable[[int], None] | None = None,
               mesh: tuple[int, int] | None = None) -> RunResult:
@@ -44,21 +65,9 @@ def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
     seeds = [int(s) for s in seeds]
     if impl == "jax":
         import jax
-        import jax.numpy as jnp
 
-        from jaxgrpo.counting import make_train
-
-        keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
         t0 = time.perf_counter()
-        if mesh is None:
-            program = jax.jit(jax.vmap(make_train(cfg)))
-        else:
-            from jaxgrpo.sharding import check_mesh_fits, make_mesh, sharded_train
-
-            device_mesh = make_mesh(*mesh)
-            check_mesh_fits(cfg, len(seeds), device_mesh)
-            program = sharded_train(cfg, device_mesh)
-        compiled = program.lower(keys).compile()
+        compiled, keys = compile_jax_seeds(cfg, seeds, mesh)
         t1 = time.perf_counter()
         _, metrics = jax.block_until_ready(compiled(keys))
         t2 = time.perf_counter()
