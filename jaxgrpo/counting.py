@@ -335,11 +335,16 @@ def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None
             if batch_sharding is not None:
                 prompts = jax.lax.with_sharding_constraint(prompts, batch_sharding)
             completions, _ = sample_completions(model, prompts, k_sample)
-            grouped = task_reward(cfg.task, prompts, completions)[0].reshape(-1, cfg.group_size)
-            kept = select_groups(grouped, cfg.n_prompts)
+            if cfg.dynamic_sampling:
+                grouped = task_reward(cfg.task, prompts, completions)[0].reshape(
+                    -1, cfg.group_size)
+                kept = select_groups(grouped, cfg.n_prompts)
+                rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
+                batch_prompts, batch_completions = prompts[rows], completions[rows]
+            else:  # the pool is the batch
+                kept = jnp.arange(cfg.n_prompts)
+                batch_prompts, batch_completions = prompts, completions
             metrics = rollout_metrics(cfg, prompts, completions, kept)
-            rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
-            batch_prompts, batch_completions = prompts[rows], completions[rows]
             if batch_sharding is not None:
                 batch_prompts = jax.lax.with_sharding_constraint(batch_prompts, batch_sharding)
                 batch_completions = jax.lax.with_sharding_constraint(batch_completions,
