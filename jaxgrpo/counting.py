@@ -52,10 +52,6 @@ class CounterPolicy(nnx.Module):
         self.pos_emb = nnx.Embed(length, vocab_size, embedding_init=init, rngs=rngs)
         self.value = nnx.Param(jnp.zeros((length, vocab_size))) if value_head else None
 
-    def step_logits(self, prev: jax.Array, t: jax.Array | int) -> jax.Array:
-        """Logits (B, V) of position ``t`` given the previous tokens ``prev`` (B,)."""
-        return self.tok_emb(prev) + self.pos_emb.embedding[t]
-
     def __call__(self, prompts: jax.Array, completions: jax.Array) -> jax.Array:
         """Teacher-forced logits (B, L, V) for ``prompts`` (B,) and ``completions`` (B, L)."""
         prev = previous_tokens(prompts, completions)
