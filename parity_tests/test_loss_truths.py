@@ -291,3 +291,41 @@ def test_clip_metrics_count_exactly_the_tokens_without_gradient(impl, x):
     assert counted == pytest.approx(zero_grad_share, abs=1e-12)
     assert m["clip_ratio/region_mean"] == pytest.approx(
         m["clip_ratio/low_mean"] + m["clip_ratio/high_mean"], abs=1e-12)
+
+
+def test_value_loss_by_hand(impl):
+    """0.5 * mean over valid positions of (V - R)^2: V = (1, 5), R = (3, 0), the second
+    position masked: 0.5 * 4 = 2; gradient (V - R) / n_valid at valid positions, 0 else;
+    no gradient into the returns."""
+    values, returns, mask = np.array([[1.0, 5.0]]), np.array([[3.0, 0.0]]), np.array([[1, 0]])
+    if impl.name == "jax":
+        import jax
+
+        value, (g_v, g_r) = jax.value_and_grad(impl.mod.value_loss, argnums=(0, 1))(
+            *(impl.array(a, np.float64) for a in (values, returns, mask)))
+        g_v, g_r = np.asarray(g_v), np.asarray(g_r)
+    else:
+        v, r = impl.array(values, np.float64), impl.array(returns, np.float64)
+        v.requires_grad_(True)
+        r.requires_grad_(True)
+        value = impl.mod.value_loss(v, r, impl.array(mask, np.float64))
+        value.backward()
+        g_v, g_r = v.grad.numpy(), r.grad
+    assert float(impl.numpy(value)) == 2.0
+    np.testing.assert_array_equal(g_v, [[-2.0, 0.0]])
+    assert g_r is None or np.all(np.asarray(g_r) == 0)
+
+
+def test_selective_log_softmax_is_a_normalised_log_probability(impl):
+    """exp(log p) over every token of the vocabulary sums to 1 at each position, and each
+    entry is the logit minus the log-sum-exp of its own position's logits (float32 out)."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, 5)) * 3
+    ids = np.broadcast_to(np.arange(5), (2, 3, 5))
+    out = np.stack([impl.numpy(impl.mod.selective_log_softmax(
+        impl.array(logits, np.float32), impl.array(ids[..., k].copy(), np.int64)))
+        for k in range(5)], axis=-1)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(np.exp(out).sum(-1), 1.0, rtol=1e-5)
+    lse = np.log(np.exp(logits).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out, logits - lse, rtol=1e-5, atol=1e-5)
