@@ -11,7 +11,11 @@ mutant, only those tests, stopping at the first failure. Two things matter with 
 * For a mutant, the tests run cheapest first (the durations measured in the stats phase),
   so a killed mutant is usually killed in well under a second.
 
-Outside mutmut (``MUTANT_UNDER_TEST`` unset) this file does nothing.
+Outside mutmut (``MUTANT_UNDER_TEST`` unset) the hooks do nothing. This file also
+registers the hypothesis profiles of the whole suite (``HYPOTHESIS_PROFILE=...``): ``ci``
+(the default: derandomized, 25 examples, so the suite stays within minutes on 2 cores),
+``dev`` (random, 100 examples), ``thorough`` (random, 1000 examples). ``deadline=None``
+since the first example of a test pays JAX's compile (and math-verify's sympy warm-up).
 """
 
 from __future__ import annotations
@@ -19,6 +23,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, max_examples=25, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile(
+    "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _mutmut_phase() -> str:
@@ -41,10 +57,40 @@ def pytest_runtest_setup(item):
             cached.cache_clear()
 
 
+#: Per module, the test files that do NOT run for its mutants: a targeted selection, so a
+#: mutant of the loss is judged by the math tests, not by minutes of trainer runs that
+#: reach it too. (Everything else that reaches the mutated function runs.)
+MUTATION_SKIPS = {
+    ("jaxgrpo.loss", "jaxgrpo.advantages", "jaxgrpo.bandit", "torchref.loss",
+     "torchref.advantages", "torchref.bandit", "grpospec.checks"): (
+        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_cli.py",
+        "parity_tests/test_counting.py::test_jax_learns", "parity_tests/test_counting.py::"
+        "test_torch_learns", "parity_tests/test_lab.py::test_grpo_learns",
+        "parity_tests/test_spec_mutants.py"),
+    ("jaxgrpo.counting", "torchref.counting"): (
+        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py"),
+    ("scaleup.",): ("parity_tests/",),
+}
+
+
+def _skipped_for(mutant: str) -> tuple[str, ...]:
+    for modules, skips in MUTATION_SKIPS.items():
+        if any(mutant.startswith(m if m.endswith(".") else m + ".") for m in modules):
+            return skips
+    return ()
+
+
 def pytest_collection_modifyitems(config, items):
     phase = _mutmut_phase()
     if not phase or phase in ("stats", "fail", "mutant_generation"):
         return
+    skips = _skipped_for(phase)
+    if skips:
+        kept = [i for i in items if not i.nodeid.removeprefix("mutants/").startswith(skips)]
+        dropped = [i for i in items if i not in kept]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     stats = Path("mutmut-stats.json")  # mutmut runs the tests from inside mutants/
     if not stats.is_file():
         return

@@ -32,7 +32,7 @@ class TrainConfig:
     lora_alpha: int = 32
     """LoRA scaling numerator (scale = alpha / r)"""
     lora_dropout: float = 0.0
-    """LoRA dropout; 0 keeps logp_old and logp_new the same function"""
+    """LoRA dropout, in every training pass (the first epoch replays logp_old's masks)"""
     lora_targets: str = "all-linear"
     """peft target_modules: 'all-linear' or a comma-separated list of module names"""
     gradient_checkpointing: bool = False
@@ -44,7 +44,9 @@ class TrainConfig:
     data: str | None = None
     """GSM8K training JSONL (question, answer ending '#### N')"""
     eval_data: str | None = None
-    """GSM8K held-out JSONL for evaluation (default: the training file)"""
+    """GSM8K JSONL to evaluate on (required for GSM8K); no question may be in --data"""
+    allow_overlap: bool = False
+    """evaluate GSM8K even if --eval-data shares questions with --data (not held out then)"""
     digits: int = 2
     """arithmetic: the most digits an operand has"""
     operators: str = "+-*"
@@ -78,8 +80,7 @@ class TrainConfig:
     beta: float = 0.0
     """weight of the k3 KL penalty to the starting model (the adapter disabled)"""
     agg: str = "token"
-    """loss aggregation: 'token' (over all tokens of the batch), 'seq' or 'constant'
-    (Dr. GRPO: the batch's token sum / (rows * max_new_tokens))"""
+    """loss aggregation: 'token' (batch token mean), 'seq' (mean of row means) or 'constant'"""
     std_norm: bool = True
     """divide advantages by the group std (GRPO) or not (Dr. GRPO)"""
     dynamic_sampling: bool = False
@@ -88,12 +89,14 @@ class TrainConfig:
     """compute the KL to the reference for the logs even when beta = 0 (one more forward)"""
     logprob_chunk: int = 64
     """positions per chunk when turning hidden states into log-probs"""
+    threads: int | None = None
+    """torch CPU threads; default 1 on CPU (more can be 60x slower on a busy machine)"""
     seed: int = 0
     """seeds the prompts, the LoRA init and the sampling"""
 
     # bookkeeping
-    output_dir: str = "runs/grpo-scaleup"
-    """run folder: config, log.jsonl, checkpoints/, eval results"""
+    output_dir: str | None = None
+    """run folder, new or empty (default: a new runs/grpo-scaleup-<time>)"""
     save_every: int = 50
     """save a checkpoint every this many steps (and at the end)"""
 

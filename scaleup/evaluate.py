@@ -9,31 +9,56 @@ kept together); sample completions of each model are written with checker-exploi
 from __future__ import annotations
 
 import json
+import os
 from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from scaleup.checkpoint import latest_checkpoint, load_adapter
+from scaleup.checkpoint import load_adapter, usable_checkpoint
 from scaleup.config import TrainConfig
 from scaleup.modeling import load_policy, stop_token_ids
 from scaleup.rollout import sample_rollouts
-from scaleup.tasks import ArithmeticTask, DatasetTask, Problem, exploit_flags, load_gsm8k
-from scaleup.train import OutputDirError, task_of
+from scaleup.tasks import (
+    EVAL_SHARE,
+    ArithmeticTask,
+    DatasetTask,
+    Problem,
+    check_gsm8k_held_out,
+    exploit_flags,
+    load_gsm8k,
+)
+from scaleup.train import task_of
 
-EVAL_STREAM = 1  # arithmetic training prompts use stream 0; the held-out set stream 1
 
+def held_out_problems(cfg: TrainConfig, n: int) -> tuple[list[Problem], dict]:
+    """The evaluation set and how it was held out (the record ``eval.json`` keeps).
 
-def held_out_problems(cfg: TrainConfig, n: int) -> list[Problem]:
-    """A fixed held-out set: arithmetic from its own random stream, GSM8K's first ``n``
-    problems of ``--eval-data`` (else ``--data``), the digit task's instruction."""
+    * arithmetic: up to ``n`` problems of the reserved split (:func:`scaleup.tasks.held_out`),
+      which training never draws; every training problem of the run is regenerated and
+      checked against the set (the overlap is 0 by construction, and recorded);
+    * GSM8K: the first ``n`` problems of ``--eval-data``, a file other than ``--data``
+      with no question in common with it (:func:`scaleup.tasks.check_gsm8k_held_out`);
+    * digit: its single instruction (nothing to hold out).
+    """
     task = task_of(cfg)
     if isinstance(task, DatasetTask):
-        return load_gsm8k(cfg.eval_data or cfg.data)[:n]
+        record = check_gsm8k_held_out(cfg.data, cfg.eval_data, cfg.allow_overlap)
+        return load_gsm8k(cfg.eval_data)[:n], record
     if isinstance(task, ArithmeticTask):
-        return task.sample(n, cfg.seed, 0, stream=EVAL_STREAM)
-    return task.sample(n, cfg.seed, 0)
+        problems = task.eval_problems(n, cfg.seed)
+        trained = {p.prompt for step in range(cfg.steps)
+                   for p in task.sample(cfg.prompts_per_step, cfg.seed, step)}
+        overlap = sum(p.prompt in trained for p in problems)
+        if overlap:  # impossible by construction; a guard against a future change
+            raise RuntimeError(f"{overlap} evaluation problems were also trained on")
+        return problems, {
+            "rule": f"reserved split: blake2b('a op b') % {EVAL_SHARE} == 0, never drawn "
+                    "for training", "share": 1 / EVAL_SHARE,
+            "training_problems_checked": len(trained), "overlapping_problems": overlap}
+    return task.sample(n, cfg.seed, 0), {"rule": "none: the digit task has one prompt"}
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int = 10_000, seed: int = 0,
@@ -62,9 +87,10 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int = 10_000, seed: i
 
 def run_model(model, tokenizer, task, problems: list[Problem], max_new_tokens: int,
               batch_size: int, stop_ids: list[int], device: torch.device,
-              adapter: bool = True) -> list[dict]:
+              adapter: bool = True, progress=None) -> list[dict]:
     """Greedy completions of every problem, scored; ``adapter=False`` evaluates the
-    starting model. Returns one record per problem."""
+    starting model. Returns one record per problem; ``progress(k)`` is called after each
+    batch of ``k`` problems."""
     records = []
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
@@ -76,46 +102,65 @@ def run_model(model, tokenizer, task, problems: list[Problem], max_new_tokens: i
             records.append({"prompt": prob.prompt, "answer": prob.answer, "completion": text,
                             "correct": task.score(text, prob), "truncated": bool(trunc),
                             "flags": exploit_flags(text, bool(trunc))})
+        if progress is not None:
+            progress(len(chunk))
     return records
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so a reader (or
+    a second run at the same moment) never sees a half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def evaluate_run(output_dir: str | Path, n_problems: int = 200, batch_size: int = 16,
                  max_new_tokens: int | None = None, n_boot: int = 10_000, n_samples: int = 20,
-                 device: str | None = None) -> dict:
-    """Evaluate the last checkpoint of the run in ``output_dir`` against the starting model.
+                 device: str | None = None, eval_data: str | None = None,
+                 allow_overlap: bool | None = None, show_progress: bool = False) -> dict:
+    """Evaluate the newest complete checkpoint of the run in ``output_dir`` against the
+    starting model, on a held-out set (:func:`held_out_problems`).
 
-    Writes ``eval.json`` (accuracies, difference, 95% interval, exploit-flag counts) and
-    ``eval_samples.jsonl`` (``n_samples`` completions of each model) into the folder.
+    ``eval_data`` / ``allow_overlap`` override the run's ``--eval-data`` /
+    ``--allow-overlap``. Writes ``eval.json`` (accuracies, difference, 95% interval,
+    exploit-flag counts, and how the set was held out) and ``eval_samples.jsonl``
+    (``n_samples`` completions of each model) into the folder.
     """
     out = Path(output_dir)
-    ckpt = latest_checkpoint(out)
-    if ckpt is None:
-        raise OutputDirError(f"--output-dir {str(out)!r}: no checkpoint to evaluate")
+    ckpt = usable_checkpoint(out, say=lambda m: tqdm.write(m))
     cfg = TrainConfig.from_json(ckpt / "config.json")
     if device is not None:
         cfg.device = device
+    if eval_data is not None:
+        cfg.eval_data = eval_data
+    if allow_overlap is not None:
+        cfg.allow_overlap = allow_overlap
     task = task_of(cfg)
-    problems = held_out_problems(cfg, n_problems)
+    problems, held_out = held_out_problems(cfg, n_problems)
     model, tokenizer, dev = load_policy(cfg)
     load_adapter(model, ckpt)
     stops = stop_token_ids(tokenizer, model)
     max_new = max_new_tokens or cfg.max_new_tokens
-    final = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev, True)
-    start = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev, False)
+    with tqdm(total=2 * len(problems), desc="eval", unit="problem",
+              disable=not show_progress, dynamic_ncols=True) as bar:
+        final = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev,
+                          True, bar.update)
+        start = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev,
+                          False, bar.update)
     a = np.array([r["correct"] for r in final])
     b = np.array([r["correct"] for r in start])
     diff, lo, hi = paired_bootstrap(a, b, n_boot, cfg.seed)
     result = {
         "checkpoint": str(ckpt), "n_problems": len(problems),
         "accuracy_final": float(a.mean()), "accuracy_start": float(b.mean()),
-        "difference": diff, "ci95": [lo, hi],
+        "difference": diff, "ci95": [lo, hi], "held_out": held_out,
         "flags_final": _flag_counts(final), "flags_start": _flag_counts(start),
     }
-    (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
-    with (out / "eval_samples.jsonl").open("w") as f:
-        for name, recs in (("final", final), ("start", start)):
-            for r in recs[:n_samples]:
-                f.write(json.dumps({"model": name, **r}) + "\n")
+    write_atomic(out / "eval.json", json.dumps(result, indent=2) + "\n")
+    write_atomic(out / "eval_samples.jsonl", "".join(
+        json.dumps({"model": name, **r}) + "\n"
+        for name, recs in (("final", final), ("start", start)) for r in recs[:n_samples]))
     return result
 
 

@@ -31,6 +31,8 @@ class Batch:
     adv: torch.Tensor
     logp_old: torch.Tensor | None = None
     logp_ref: torch.Tensor | None = None
+    placeholder: bool = False
+    """a zero-weight stand-in for a rank with no rows (it counts in no normaliser)"""
 
     @classmethod
     def from_rollouts(cls, r: Rollouts, adv: torch.Tensor) -> Batch:
@@ -44,7 +46,8 @@ class Batch:
         def s(x):
             return None if x is None else x[start:stop]
         return Batch(s(self.prompt_ids), s(self.prompt_mask), s(self.completion_ids),
-                     s(self.mask), s(self.adv), s(self.logp_old), s(self.logp_ref))
+                     s(self.mask), s(self.adv), s(self.logp_old), s(self.logp_ref),
+                     self.placeholder)
 
 
 CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -55,16 +58,24 @@ def micro_batches(n: int, size: int) -> list[tuple[int, int]]:
     return [(s, min(s + size, n)) for s in range(0, n, size)]
 
 
-def global_count(total_mask: torch.Tensor, agg: str) -> float:
+def local_count(mask: torch.Tensor, agg: str, placeholder: bool = False) -> float:
+    """This rank's share of the loss normaliser: its valid tokens (``agg="token"``) or its
+    rows (``"seq"``, ``"constant"``); 0 for a :func:`zero_weight_row` placeholder, which
+    stands in for a rank left without rows and must not count as a row."""
+    if placeholder:
+        return 0.0
+    return float((mask != 0).sum()) if agg == "token" else float(mask.shape[0])
+
+
+def global_count(total_mask: torch.Tensor, agg: str, placeholder: bool = False) -> float:
     """Valid tokens (``agg="token"``) or rows (``"seq"``, ``"constant"``) of the whole
-    step's batch: this
-    rank's ``total_mask`` summed over all ranks (one scalar all-reduce; just this rank's
-    count without a process group)."""
-    local = float((total_mask != 0).sum()) if agg == "token" else float(total_mask.shape[0])
-    return all_reduce([local], device=total_mask.device)[0]
+    step's batch: :func:`local_count` summed over all ranks (one scalar all-reduce; just
+    this rank's count without a process group)."""
+    return all_reduce([local_count(total_mask, agg, placeholder)],
+                      device=total_mask.device)[0]
 
 
-def loss_normaliser(total_mask: torch.Tensor, agg: str) -> float:
+def loss_normaliser(total_mask: torch.Tensor, agg: str, placeholder: bool = False) -> float:
     """The denominator ``D`` of :func:`micro_batch_weight`: ``global_count / K``.
 
     With K ranks under DDP, which *averages* the ranks' gradients (divides their sum by
@@ -74,11 +85,11 @@ def loss_normaliser(total_mask: torch.Tensor, agg: str) -> float:
     the whole batch, not a mean of per-rank means, which would weight a rank's tokens by
     ``1 / (K * its own count)``. With one process ``D`` is the batch's own count.
     """
-    return max(global_count(total_mask, agg), 1.0) / world_size()
+    return max(global_count(total_mask, agg, placeholder), 1.0) / world_size()
 
 
 def micro_batch_weight(mask: torch.Tensor, total_mask: torch.Tensor, agg: str,
-                       normaliser: float | None = None) -> float:
+                       normaliser: float | None = None, placeholder: bool = False) -> float:
     """Weight of a micro-batch's ``grpo_loss`` in the accumulated full-batch loss.
 
     ``grpo_loss`` normalises over the rows it is given. Summing ``w_k * loss_k`` over the
@@ -94,9 +105,8 @@ def micro_batch_weight(mask: torch.Tensor, total_mask: torch.Tensor, agg: str,
     ``normaliser`` is that denominator when already computed (it costs an all-reduce).
     """
     if normaliser is None:
-        normaliser = loss_normaliser(total_mask, agg)
-    count = float((mask != 0).sum()) if agg == "token" else float(mask.shape[0])
-    return count / normaliser
+        normaliser = loss_normaliser(total_mask, agg, placeholder)
+    return local_count(mask, agg, placeholder) / normaliser
 
 
 def batch_logprobs(model, batch: Batch, micro_batch_size: int, chunk: int,
@@ -146,7 +156,7 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
     are those of the whole batch, the same on every rank.
     """
     total = batch.mask
-    normaliser = loss_normaliser(total, cfg.agg)
+    normaliser = loss_normaliser(total, cfg.agg, batch.placeholder)
     n_valid = max(global_count(total, "token"), 1.0)
     k = world_size()
     sums = {"loss": 0.0, **dict.fromkeys(CLIP_KEYS, 0.0), "entropy": 0.0, "kl": 0.0,
@@ -161,7 +171,7 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
             logp_ref = mb.logp_ref if mb.logp_ref is not None else mb.logp_old
             loss = grpo_loss(logp_new, mb.logp_old, logp_ref, mb.adv, mb.mask, cfg.clip_eps,
                              cfg.beta, cfg.agg, cfg.clip_eps_high, max_len=cfg.max_new_tokens)
-            w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser)
+            w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser, batch.placeholder)
             (loss * w).backward()
         with torch.no_grad():
             tok_w = float((mb.mask != 0).sum()) / n_valid
@@ -264,27 +274,50 @@ def zero_weight_row(batch: Batch) -> Batch:
     it, so that it still joins DDP's gradient all-reduce and the same optimizer step."""
     row = batch.rows(0, 1)
     row.mask = torch.zeros_like(row.mask)
+    row.placeholder = True
     return row
+
+
+def rng_snapshot(device: torch.device):
+    """The torch RNG state dropout draws from on ``device`` (CPU, and CUDA on a GPU)."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def rng_restore(snapshot, device: torch.device) -> None:
+    cpu, cuda = snapshot
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
 
 
 def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, float]:
     """``logp_old`` (and ``logp_ref``), then ``cfg.inner_epochs`` optimizer steps.
 
+    Every pass runs in train mode, so LoRA dropout (``--lora-dropout``) acts in all of
+    them, as transformers' activation checkpointing needs. ``logp_old`` is then one draw
+    of the dropout masks; the first inner epoch replays the same random stream (the RNG
+    state is restored before it), so it draws the same masks over the same micro-batches:
+    its ratio is exactly 1 for any dropout (the health check
+    ``first_epoch_max_abs_log_ratio == 0``), and later epochs draw new masks, as in any
+    dropout training. The reference pass has the adapter, and so LoRA's dropout, off.
+
     With ``ddp`` the backward passes go through it (one gradient all-reduce per optimizer
     step), so every rank clips and steps on the same, global gradient.
     """
-    # One mode for the old and the new pass, so they are the same function. transformers
-    # only checkpoints activations in train mode; with lora_dropout = 0 (the default) and
-    # Qwen's zero attention dropout, train mode computes exactly what eval mode does.
-    model.train(cfg.gradient_checkpointing)
-    batch.logp_old, _ = batch_logprobs(model, batch, cfg.micro_batch_size, cfg.logprob_chunk)
+    device = batch.mask.device
+    model.train()
     if cfg.beta > 0 or cfg.log_kl:
         with model.disable_adapter():
             batch.logp_ref, _ = batch_logprobs(model, batch, cfg.micro_batch_size,
                                                cfg.logprob_chunk)
+    masks_of_old_pass = rng_snapshot(device)
+    batch.logp_old, _ = batch_logprobs(model, batch, cfg.micro_batch_size, cfg.logprob_chunk)
     params = [p for p in model.parameters() if p.requires_grad]
     first_ratio = float("nan")
     for epoch in range(cfg.inner_epochs):
+        if epoch == 0:
+            rng_restore(masks_of_old_pass, device)
         optimizer.zero_grad(set_to_none=True)
         stats = loss_backward(model, batch, cfg, ddp)
         if epoch == 0:

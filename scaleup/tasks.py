@@ -6,6 +6,7 @@ A task hands out :class:`Problem` s (a prompt and a reference answer); the check
 
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 import re
@@ -98,8 +99,33 @@ def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
     return None
 
 
+def _math_verify():
+    """HF math-verify's ``parse`` and ``verify`` (imported on first use: it loads sympy)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    return parse, verify, ExprExtractionConfig, LatexExtractionConfig
+
+
+def answers_match(predicted: str, reference: str) -> bool:
+    """Whether the answer ``predicted`` (what was inside the last ``\\boxed{}``, or the
+    last number) equals ``reference`` as mathematics, by HF ``math-verify`` (what TRL's
+    accuracy reward uses): ``18\\text{ dollars}``, ``1{,}234``, ``-\\frac{1}{2}``, a
+    Unicode minus, ``12.0`` and ``$18`` all equal their plain numbers. A trailing full
+    stop is dropped first. Anything unparseable is not a match; never raises."""
+    parse, verify, expr_cfg, latex_cfg = _math_verify()
+    try:
+        gold = parse(reference, extraction_config=[expr_cfg()])
+        got = parse("\\boxed{" + predicted.strip().rstrip(".") + "}",
+                    extraction_config=[latex_cfg()])
+        return bool(gold) and bool(got) and bool(verify(gold, got))
+    except Exception:  # math-verify's own errors and timeouts: no match
+        return False
+
+
 def check_answer(completion: str, reference: str, fallback_last_number: bool = False) -> int:
-    """1 when the completion's final answer equals ``reference`` as a number, else 0.
+    """1 when the completion's final answer equals ``reference`` (:func:`answers_match`),
+    else 0. The final answer is the last ``\\boxed{}`` (several are flagged by
+    :func:`exploit_flags`), else, if configured, the last number in the text.
 
     Anything unparseable (no answer, a non-numeric answer, an unparseable reference)
     scores 0; the checker never raises on text.
@@ -107,8 +133,7 @@ def check_answer(completion: str, reference: str, fallback_last_number: bool = F
     predicted = extract_answer(completion, fallback_last_number)
     if predicted is None:
         return 0
-    want, got = normalize_number(reference), normalize_number(predicted)
-    return int(want is not None and got is not None and want == got)
+    return int(answers_match(predicted, reference))
 
 
 def exploit_flags(completion: str, truncated: bool, min_reasoning_chars: int = 20) -> list[str]:
@@ -140,9 +165,25 @@ def _rng(seed: int, stream: int, step: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(stream), int(step)])
 
 
+EVAL_SHARE = 10  # one arithmetic problem in EVAL_SHARE is reserved for evaluation
+
+
+def held_out(a: int, op: str, b: int) -> bool:
+    """Whether ``a op b`` belongs to the arithmetic evaluation split: the first 8 bytes of
+    ``blake2b("a op b")``, as an integer, are 0 modulo ``EVAL_SHARE``. Training never
+    draws such a problem and evaluation draws only such problems, so the two are disjoint
+    by construction, whatever the seed, ``--steps`` or batch size (about 10% reserved)."""
+    digest = hashlib.blake2b(f"{a} {op} {b}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % EVAL_SHARE == 0
+
+
 @dataclass(frozen=True)
 class ArithmeticTask:
     """``What is 347 * 29? Put the final answer in \\boxed{}.`` generated from a seed.
+
+    The problem space is split in two by :func:`held_out`: :meth:`sample` (training)
+    draws only problems outside the evaluation split, :meth:`eval_problems` only inside
+    it.
 
     Attributes:
       digits: the largest number of digits of an operand (each operand draws its own
@@ -172,15 +213,48 @@ class ArithmeticTask:
         low = 0 if n_digits == 1 else 10 ** (n_digits - 1)
         return int(rng.integers(low, 10**n_digits))
 
-    def sample(self, n: int, seed: int, step: int, stream: int = 0) -> list[Problem]:
-        """``n`` problems, a pure function of (``seed``, ``step``, ``stream``)."""
-        rng = _rng(seed, stream, step)
-        out = []
-        for _ in range(check_positive_int("n", n)):
+    def _draw(self, rng: np.random.Generator, evaluation: bool) -> tuple[int, str, int]:
+        """One (a, op, b) from the training distribution, restricted to one split."""
+        while True:
             a, b = self._operand(rng), self._operand(rng)
             op = self.operators[int(rng.integers(len(self.operators)))]
-            out.append(Problem(f"What is {a} {op} {b}? {INSTRUCTION}", str(OPERATORS[op](a, b))))
-        return out
+            if held_out(a, op, b) == evaluation:
+                return a, op, b
+
+    @staticmethod
+    def _problem(a: int, op: str, b: int) -> Problem:
+        return Problem(f"What is {a} {op} {b}? {INSTRUCTION}", str(OPERATORS[op](a, b)))
+
+    def sample(self, n: int, seed: int, step: int, stream: int = 0) -> list[Problem]:
+        """``n`` training problems (never in the evaluation split), a pure function of
+        (``seed``, ``step``, ``stream``)."""
+        rng = _rng(seed, stream, step)
+        return [self._problem(*self._draw(rng, False)) for _ in range(check_positive_int("n", n))]
+
+    def space(self) -> int:
+        """How many distinct problems the options allow."""
+        low = 0 if self.min_digits == 1 else 10 ** (self.min_digits - 1)
+        return (10**self.digits - low) ** 2 * len(set(self.operators))
+
+    def eval_problems(self, n: int, seed: int) -> list[Problem]:
+        """Up to ``n`` distinct problems of the evaluation split, drawn like training
+        problems (same operand distribution); all of the split when it has fewer."""
+        n = check_positive_int("n", n)
+        rng = _rng(seed, 1, 0)
+        seen: dict[tuple, None] = {}
+        for _ in range(50 * n):
+            seen.setdefault(self._draw(rng, True))
+            if len(seen) == n:
+                break
+        if len(seen) < n and self.space() <= 4_000_000:  # a small space: take all of it
+            low = 0 if self.min_digits == 1 else 10 ** (self.min_digits - 1)
+            ops = sorted(set(self.operators), key=self.operators.index)
+            everything = [(a, op, b) for a in range(low, 10**self.digits) for op in ops
+                          for b in range(low, 10**self.digits) if held_out(a, op, b)]
+            rest = [t for t in everything if t not in seen]
+            for i in rng.permutation(len(rest))[: n - len(seen)]:
+                seen.setdefault(rest[int(i)])
+        return [self._problem(*t) for t in seen]
 
     def score(self, completion: str, problem: Problem) -> int:
         """The checker's verdict (0 or 1) on ``completion``."""
@@ -232,6 +306,11 @@ def load_gsm8k(path: str | Path) -> list[Problem]:
     return problems
 
 
+def question_key(prompt: str) -> str:
+    """A problem's question for overlap checks: lower case, whitespace collapsed."""
+    return " ".join(prompt.lower().split())
+
+
 @dataclass(frozen=True)
 class DatasetTask:
     """Problems drawn at random (with replacement across steps) from a fixed list."""
@@ -265,6 +344,40 @@ class DigitTask:
     def score(self, completion: str, problem: Problem) -> int:
         """1 when ``completion`` starts with an ASCII digit."""
         return int(completion[:1] in tuple("0123456789"))
+
+
+def check_gsm8k_held_out(train_path: str | Path, eval_path: str | None,
+                         allow_overlap: bool = False) -> dict:
+    """Check that GSM8K evaluation is held out from training; returns the record for
+    ``eval.json``.
+
+    ``eval_path`` must be given (``--eval-data``), must not be the training file, and no
+    evaluation question may also be a training question (compared lower-cased, with
+    whitespace collapsed), unless ``allow_overlap``. Raises :class:`TaskError` naming
+    the option otherwise.
+    """
+    if not eval_path:
+        raise TaskError("task 'gsm8k' evaluates on a separate file: pass --eval-data PATH "
+                        "(e.g. GSM8K's test.jsonl); the training file is not held out")
+    train_path, eval_file = Path(train_path), Path(eval_path)
+    if not eval_file.is_file():
+        raise TaskError(f"--eval-data {str(eval_path)!r} does not exist")
+    same = eval_file.resolve() == train_path.resolve() or (
+        train_path.is_file() and eval_file.read_bytes() == train_path.read_bytes())
+    if same and not allow_overlap:
+        raise TaskError(f"--eval-data {str(eval_path)!r} is the training file (--data); "
+                        "evaluation must be held out (pass --allow-overlap to do it anyway)")
+    train_q = {question_key(p.prompt) for p in load_gsm8k(train_path)}
+    eval_q = [question_key(p.prompt) for p in load_gsm8k(eval_file)]
+    overlap = sum(q in train_q for q in eval_q)
+    if overlap and not allow_overlap:
+        raise TaskError(f"--eval-data {str(eval_path)!r}: {overlap} of its {len(eval_q)} "
+                        f"questions are also in the training file {str(train_path)!r}; "
+                        "evaluation must be held out (pass --allow-overlap to do it anyway)")
+    return {"rule": "a separate file; no evaluation question is a training question",
+            "eval_data": str(eval_path), "data": str(train_path),
+            "eval_questions": len(eval_q), "overlapping_questions": overlap,
+            "allow_overlap": allow_overlap}
 
 
 TASKS = ("arithmetic", "gsm8k", "digit")

@@ -10,7 +10,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from scaleup.checkpoint import latest_checkpoint, load_checkpoint, rng_states, save_checkpoint
+from grpospec.outdir import OutputFolderError, claim_output_dir
+from scaleup.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    rng_states,
+    save_checkpoint,
+    usable_checkpoint,
+)
 from scaleup.config import ConfigError, TrainConfig
 from scaleup.distributed import (
     barrier,
@@ -26,7 +33,7 @@ from scaleup.distributed import (
 )
 from scaleup.modeling import load_policy, stop_token_ids
 from scaleup.step import grpo_step
-from scaleup.tasks import make_task
+from scaleup.tasks import check_gsm8k_held_out, make_task
 
 LOG_NAME = "log.jsonl"
 CONSOLE_KEYS = ("mean_reward", "frac_reward_zero_std", "len_correct", "len_incorrect",
@@ -34,23 +41,7 @@ CONSOLE_KEYS = ("mean_reward", "frac_reward_zero_std", "len_correct", "len_incor
                 "sample_tokens_per_s", "peak_mem_gb")
 
 
-class OutputDirError(ValueError):
-    """The output folder cannot be used as asked (exists without --resume, or no checkpoint)."""
-
-
-def prepare_output_dir(path: str | Path, resume: bool) -> Path:
-    """Create ``path`` for a new run, refusing one that exists and is not empty; with
-    ``resume``, require a run folder that holds a checkpoint."""
-    path = Path(path)
-    if resume:
-        if latest_checkpoint(path) is None:
-            raise OutputDirError(f"--resume: no checkpoint found in {str(path)!r}")
-        return path
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise OutputDirError(f"output folder {str(path)!r} already exists and is not empty; "
-                             "choose another --output-dir or pass --resume to continue it")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+OutputDirError = OutputFolderError  # the output folder cannot be used as asked
 
 
 def _jsonable(v):
@@ -80,11 +71,12 @@ def _truncate_log(path: Path, step: int) -> None:
 
 
 def console_line(m: dict) -> str:
-    """A one-line summary of a step's metrics."""
-    parts = [f"step {m['step'] + 1}"]
+    """A one-line summary of a step's metrics: the same step number as ``log.jsonl``
+    (counted from 0); a metric that is not computed (null in the log) is left out."""
+    parts = [f"step {m['step']}"]
     for k in CONSOLE_KEYS:
         v = m.get(k)
-        if v is not None:
+        if v is not None and math.isfinite(v):
             parts.append(f"{k}={v:.4g}")
     return " ".join(parts)
 
@@ -101,13 +93,37 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
+def set_threads(cfg: TrainConfig, device: torch.device) -> int:
+    """Torch's CPU threads for this run: ``--threads``, else 1 on CPU (see
+    ``benchmarks/bench_threads.py``: on a machine that is doing anything else, torch's
+    OpenMP threads spin and wait for each other, up to 60x slower than one thread), else
+    torch's own default (a GPU run's CPU side does little). Returns the number set."""
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    elif device.type == "cpu":
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
+
+
+def check_held_out(cfg: TrainConfig) -> None:
+    """Fail before training when the GSM8K evaluation file given is not held out."""
+    if cfg.task == "gsm8k" and cfg.eval_data:
+        check_gsm8k_held_out(cfg.data, cfg.eval_data, cfg.allow_overlap)
+
+
 def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
-          show_progress: bool = True) -> dict:
+          show_progress: bool = True, say=None) -> dict:
     """Run (or, with ``resume``, continue) GRPO training as ``cfg`` says.
 
+    A new run claims a new (or empty) ``cfg.output_dir``; by default a fresh
+    ``runs/grpo-scaleup-<time>``. It holds a lock on the folder while it runs, so a second
+    run started at the same moment is refused rather than writing into it, and a start
+    that fails before the first step leaves no empty folder behind.
+
     With ``resume`` the run's saved config is used (``cfg`` only names the folder) and
-    training continues from the last checkpoint with its adapter, optimizer and RNG
-    states, so the result equals that of an uninterrupted run.
+    training continues from its newest complete checkpoint (a damaged newer one is
+    reported and skipped, never deleted) with its adapter, optimizer and RNG states, so
+    the result equals that of an uninterrupted run.
 
     Under ``torchrun --nproc_per_node=K`` (WORLD_SIZE > 1 in the environment) this joins
     the process group (gloo on CPU, NCCL on GPU, one GPU per rank), and each rank samples
@@ -121,17 +137,26 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
       resume: continue the run in ``cfg.output_dir``.
       stop_after: stop after this many steps of this call, as if interrupted (for tests).
       show_progress: draw a progress bar and print one line per step (rank 0 only).
+      say: where messages go (default: ``tqdm.write`` on rank 0).
     Returns:
       ``{"model", "tokenizer", "log", "output_dir", "rank", "world_size"}``.
     """
+    say = say or (lambda m: tqdm.write(m) if is_main() else None)
     if resume:
-        out = prepare_output_dir(cfg.output_dir, resume)
-        cfg = TrainConfig.from_json(out / "config.json")
+        if not cfg.output_dir:
+            raise OutputDirError("--resume needs --output-dir, the run folder to continue")
+        out = Path(cfg.output_dir)
+        if not out.is_dir():
+            raise OutputDirError(f"--output-dir {str(out)!r} does not exist: nothing to resume")
+        ckpt = usable_checkpoint(out, say)
+        cfg = TrainConfig.from_json(ckpt / "config.json")  # validated with the checkpoint
         cfg.output_dir = str(out)
+        say(f"resuming {out} from {ckpt.name} with its saved config")
     cfg.validate()
+    check_held_out(cfg)
     setup = init_distributed(cfg.device)
     try:
-        result = _train(cfg, resume, stop_after, show_progress, setup.device)
+        result = _train(cfg, resume, stop_after, show_progress, setup.device, say)
     except BaseException:
         finish_distributed(setup, ok=False)
         raise
@@ -140,49 +165,65 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
 
 
 def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress: bool,
-           device_name: str) -> dict:
+           device_name: str, say) -> dict:
     k, r, main = world_size(), rank(), is_main()
     check_divisible(cfg, k)
     task = task_of(cfg)
-    out = Path(cfg.output_dir)
-    if not resume:
-        on_main_then_share(lambda: prepare_output_dir(cfg.output_dir, resume))
-    model, tokenizer, device = load_policy(dataclasses.replace(cfg, device=device_name))
-    optimizer = make_optimizer(model, cfg)
-    stops = stop_token_ids(tokenizer, model)
-    log_path = out / LOG_NAME
-    start = 0
-    if resume:
-        start = load_checkpoint(latest_checkpoint(out), model, optimizer, r, k)
-        if main:
-            _truncate_log(log_path, start)
-    else:
-        if main:
-            cfg.to_json(out / "config.json")
-        torch.manual_seed(cfg.seed + r)  # each rank its own sampling stream
-    ddp = wrap_ddp(model, device)
-    show = show_progress and main
-    bar = tqdm(total=cfg.steps, initial=start, desc="GRPO", disable=not show, dynamic_ncols=True)
-    done = 0
-    for step in range(start, cfg.steps):
-        if stop_after is not None and done >= stop_after:
-            break
-        metrics = grpo_step(model, tokenizer, optimizer, task, step, cfg, stops, device, ddp)
-        if main:
-            append_log(log_path, metrics)
-        if show:
-            tqdm.write(console_line(metrics))
-        bar.update(1)
-        bar.set_postfix(reward=f"{metrics['mean_reward']:.3f}")
-        done += 1
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            rngs = gather_to_main(rng_states())  # a collective: every rank takes part
+    folder = on_main_then_share(lambda: claim_output_dir(
+        cfg.output_dir, "grpo-scaleup", "--output-dir", resume=resume))
+    out = Path(folder.path)
+    cfg.output_dir = str(out)
+    started = False
+    try:
+        model, tokenizer, device = load_policy(dataclasses.replace(cfg, device=device_name))
+        set_threads(cfg, device)
+        optimizer = make_optimizer(model, cfg)
+        stops = stop_token_ids(tokenizer, model)
+        log_path = out / LOG_NAME
+        start = 0
+        if resume:
+            start = load_checkpoint(usable_checkpoint(out, lambda m: None), model, optimizer,
+                                    r, k)
             if main:
-                save_checkpoint(out, step + 1, model, optimizer, cfg, rngs)
-    bar.close()
+                _truncate_log(log_path, start)
+        else:
+            if main:
+                cfg.to_json(out / "config.json")
+            torch.manual_seed(cfg.seed + r)  # each rank its own sampling stream
+        ddp = wrap_ddp(model, device)
+        show = show_progress and main
+        bar = tqdm(total=cfg.steps, initial=start, desc="GRPO", disable=not show,
+                   dynamic_ncols=True)
+        done = 0
+        for step in range(start, cfg.steps):
+            if stop_after is not None and done >= stop_after:
+                break
+            metrics = grpo_step(model, tokenizer, optimizer, task, step, cfg, stops, device,
+                                ddp)
+            started = True
+            if main:
+                append_log(log_path, metrics)
+            if show:
+                tqdm.write(console_line(metrics))
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['mean_reward']:.3f}")
+            done += 1
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                rngs = gather_to_main(rng_states())  # a collective: every rank takes part
+                if main:
+                    save_checkpoint(out, step + 1, model, optimizer, cfg, rngs)
+        bar.close()
+    except BaseException:
+        if main and not resume and not started:
+            (out / "config.json").unlink(missing_ok=True)
+            folder.release_if_unused()
+        raise
+    finally:
+        if main:
+            folder.release()
     barrier()  # rank 0's last log line and checkpoint are written before anyone reads them
     return {"model": model, "tokenizer": tokenizer, "log": read_log(log_path),
             "output_dir": out, "rank": r, "world_size": k}
 
 
-__all__ = ["ConfigError", "OutputDirError", "read_log", "train"]
+__all__ = ["CheckpointError", "ConfigError", "OutputDirError", "read_log", "train"]

@@ -3,6 +3,7 @@ the fixed batch and model every process (and the 1-process reference) builds ali
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -143,14 +144,18 @@ def equivalence_run(rank: int, k: int, out_dir: str) -> dict:
     result["update_stats"] = _update(model, opt, share, cfg, ddp)
     result["params_after"] = lora_params(model)
     # rank 1 lost all its groups (as dynamic sampling may leave it): it updates on a
-    # zero-weight row, rank 0 on its 2 groups; == the 1-process update on those 2 groups
-    model = fixed_policy(cfg)
-    ddp = wrap_ddp(model, torch.device("cpu"))
-    opt = make_optimizer(model, cfg)
-    first = full.rows(0, N_PROMPTS * GROUP // 2)
-    share = first if rank == 0 else zero_weight_row(full)
-    result["uneven_stats"] = _update(model, opt, first if k == 1 else share, cfg, ddp)
-    result["uneven_after"] = lora_params(model)
+    # zero-weight row, rank 0 on its 2 groups (4 rows); == the 1-process update on those
+    # 2 groups, for every aggregation (the placeholder row counts in no normaliser)
+    for agg in ("token", "seq", "constant"):
+        cfg = dataclasses.replace(update_cfg(), agg=agg)
+        model = fixed_policy(cfg)
+        ddp = wrap_ddp(model, torch.device("cpu"))
+        opt = make_optimizer(model, cfg)
+        first = full.rows(0, N_PROMPTS * GROUP // 2)
+        share = first if rank == 0 else zero_weight_row(full)
+        result[f"uneven_stats_{agg}"] = _update(model, opt, first if k == 1 else share, cfg,
+                                                ddp)
+        result[f"uneven_after_{agg}"] = lora_params(model)
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     finish_distributed(setup)
     return result

@@ -78,16 +78,18 @@ def test_two_process_update_equals_one_process_update(two_ranks, one_rank):
                for n in after)
 
 
-def test_a_rank_without_rows_still_joins_the_update(two_ranks, one_rank):
+@pytest.mark.parametrize("agg", ["token", "seq", "constant"])
+def test_a_rank_without_rows_still_joins_the_update(two_ranks, one_rank, agg):
     """Rank 1 has nothing left to train (a zero-weight row, 1 micro-batch), rank 0 has two
-    groups (2 micro-batches): no deadlock, and the update is the 1-process update on rank
-    0's groups alone."""
+    groups (4 rows, 2 micro-batches): no deadlock, and the update is the 1-process update
+    on rank 0's groups alone, for every aggregation (before the fix, the placeholder row
+    counted as a fifth row in ``seq``/``constant``: the gradient was 4/5 of the right one)."""
     for r in range(2):
-        _close(two_ranks[r]["uneven_after"], one_rank["uneven_after"])
+        _close(two_ranks[r][f"uneven_after_{agg}"], one_rank[f"uneven_after_{agg}"])
         for key in ("loss", "clip_ratio/region_mean", "kl", "grad_norm"):
-            assert two_ranks[r]["uneven_stats"][key] == pytest.approx(
-                one_rank["uneven_stats"][key], rel=RTOL, abs=ATOL), key
-    assert not all(torch.equal(one_rank["uneven_after"][n], one_rank["params_after"][n])
+            assert two_ranks[r][f"uneven_stats_{agg}"][key] == pytest.approx(
+                one_rank[f"uneven_stats_{agg}"][key], rel=RTOL, abs=ATOL), key
+    assert not all(torch.equal(one_rank[f"uneven_after_{agg}"][n], one_rank["params_after"][n])
                    for n in one_rank["params_after"])
 
 
@@ -132,14 +134,15 @@ def test_torchrun_cli_two_processes_only_rank0_writes(tiny_dir, tmp_path):
     env.pop("MASTER_PORT")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.json", "log.jsonl"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "checkpoints", "config.json", "log.jsonl"]
     log = read_log(out / "log.jsonl")
     assert [r["step"] for r in log] == [0, 1]  # not one line per rank
     assert all(r["trained_rows"] == 4 for r in log)  # both ranks' rows: 2 prompts x G = 2
     assert json.loads((out / "config.json").read_text())["prompts_per_step"] == 2
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001",
                                                                         "step_000002"]
-    rng = torch.load(out / "checkpoints" / "step_000002" / "rng.pt", weights_only=False)
+    rng = torch.load(out / "checkpoints" / "step_000002" / "rng.pt", weights_only=True)
     assert len(rng["ranks"]) == 2
     assert not torch.equal(rng["ranks"][0]["torch"], rng["ranks"][1]["torch"])  # seed + rank
     assert proc.stderr.count("done: 2 steps") + proc.stdout.count("done: 2 steps") == 1

@@ -9,10 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from typer.testing import CliRunner
 
-from scaleup.checkpoint import latest_checkpoint
-from scaleup.cli import app
+from scaleup.checkpoint import CheckpointError, latest_checkpoint
+from scaleup.cli import main
 from scaleup.evaluate import evaluate_run, paired_bootstrap
 from scaleup.tasks import DigitTask
 from scaleup.tests.conftest import small_cfg
@@ -54,7 +53,7 @@ def test_output_folder_is_never_silently_overwritten(tiny_dir, tmp_path):
     (out / "precious.txt").write_text("keep me")
     with pytest.raises(OutputDirError, match="already exists"):
         train(_cfg(tiny_dir, out), show_progress=False)
-    with pytest.raises(OutputDirError, match="no checkpoint"):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
         train(_cfg(tiny_dir, out), resume=True, show_progress=False)
     assert (out / "precious.txt").read_text() == "keep me"
 
@@ -116,57 +115,62 @@ def test_evaluate_run_after_learning(tiny_dir, tmp_path):
     assert json.loads((out / "eval.json").read_text())["ci95"] == r["ci95"]
 
 
-runner = CliRunner()
+def cli(capsys, *args) -> tuple[int, str]:
+    """Run ``grpo-scaleup ARGS`` in this process: (exit code, stdout + stderr)."""
+    capsys.readouterr()
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out + out.err
 
 
-def _cli(*args):
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output + (result.stderr if result.stderr_bytes else "")
-
-
-def test_cli_train_then_refuse_then_resume_then_eval(tiny_dir, tmp_path):
+def test_cli_train_then_refuse_then_resume_then_eval(tiny_dir, tmp_path, capsys):
     out = str(tmp_path / "cli")
     common = ["--model", str(tiny_dir), "--output-dir", out, "--task", "digit", "--steps", "2",
               "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "3",
               "--device", "cpu", "--save-every", "1", "--lora-r", "2"]
-    code, text = _cli("train", *common)
+    code, text = cli(capsys, "train", *common)
     assert code == 0, text
     assert len(read_log(tmp_path / "cli" / "log.jsonl")) == 2
-    code, text = _cli("train", *common)
+    code, text = cli(capsys, "train", *common)
     assert code == 2 and "already exists" in text and "Traceback" not in text
-    code, text = _cli("train", "--output-dir", out, "--resume")
+    code, text = cli(capsys, "train", "--output-dir", out, "--resume")
     assert code == 0, text
-    code, text = _cli("eval", "--output-dir", out, "--n-problems", "3", "--n-boot", "50")
+    code, text = cli(capsys, "eval", "--output-dir", out, "--n-problems", "3", "--n-boot", "50")
     assert code == 0 and "accuracy final" in text, text
 
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "/no/such/folder"], "no such folder"),
-    (["--agg", "mean"], "agg must be one of"),
-    (["--inner-epochs", "3"], "inner_epochs must be one of"),
-    (["--clip-eps", "1.5"], "clip_eps must be a number in (0, 1)"),
+    (["--agg", "mean"], "--agg"),
+    (["--inner-epochs", "3"], "--inner-epochs must be one of"),
+    (["--clip-eps", "1.5"], "--clip-eps must be a number in (0, 1)"),
+    (["--learning-rate", "-0.1"], "--learning-rate must be a number in (0, inf]"),
     (["--task", "gsm8k"], "needs --data"),
-    (["--group-size", "0"], "group_size must be an int >= 1"),
+    (["--group-size", "0"], "--group-size must be an int >= 1"),
 ])
-def test_cli_bad_options_get_clear_messages(tiny_dir, tmp_path, args, message):
+def test_cli_bad_options_get_clear_messages(tiny_dir, tmp_path, args, message, capsys):
     base = ["train", "--model", str(tiny_dir), "--output-dir", str(tmp_path / "x")]
-    code, text = _cli(*base, *args)
+    code, text = cli(capsys, *base, *args)
     assert code == 2 and message in text.replace("\n", " "), text
     assert "Traceback" not in text
 
 
-def test_cli_malformed_data_line_names_file_and_line(tiny_dir, tmp_path):
+def test_cli_malformed_data_line_names_file_and_line(tiny_dir, tmp_path, capsys):
     data = tmp_path / "gsm.jsonl"
     data.write_text('{"question": "q", "answer": "#### 2"}\n{"question": "q"}\n')
-    code, text = _cli("train", "--model", str(tiny_dir), "--output-dir", str(tmp_path / "y"),
+    code, text = cli(capsys, "train", "--model", str(tiny_dir), "--output-dir", str(tmp_path / "y"),
                       "--task", "gsm8k", "--data", str(data))
     flat = text.replace("\n", "")
     assert code == 2 and "line 2" in flat and "gsm.jsonl" in flat, text
     assert not (tmp_path / "y").exists()
 
 
-def test_cli_model_folder_without_config(tmp_path):
+def test_cli_model_folder_without_config(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    code, text = _cli("train", "--model", str(tmp_path / "empty"), "--output-dir",
+    code, text = cli(capsys, "train", "--model", str(tmp_path / "empty"), "--output-dir",
                       str(tmp_path / "z"))
     assert code == 2 and "no config.json" in text.replace("\n", " "), text
