@@ -28,11 +28,17 @@ import time
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={os.cpu_count()}")
 
 import jax  # noqa: E402  (after XLA_FLAGS)
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from grpospec import CountingConfig  # noqa: E402
-from jaxgrpo.runs import bandit_report, compile_jax_seeds, run_seeds  # noqa: E402
+from jaxgrpo.runs import (  # noqa: E402
+    bandit_report,
+    compile_jax_seeds,
+    mean_ci,
+    run_jax,
+    run_seeds,
+    seed_means,
+)
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -50,12 +56,19 @@ def _settle() -> None:
     time.sleep(1.0)
 
 
-def _jax_run_time(cfg: CountingConfig, seeds: list[int], repeats: int, mesh=None) -> float:
-    """Median time of the compiled program (compiled once, one warm-up call first)."""
-    compiled, keys = compile_jax_seeds(cfg, seeds, mesh)
-    jax.block_until_ready(compiled(keys))
+def _jax_run_time(cfg: CountingConfig, seeds: list[int], repeats: int, mesh=None,
+                  as_the_cli_runs: bool = False) -> float:
+    """Median time of the compiled program (compiled once, one warm-up call first): the
+    whole run in one call without progress reports, or (``as_the_cli_runs``) as
+    ``jaxgrpo counting`` runs it: in chunks of a tenth of the steps, reporting progress
+    from inside the program every step."""
+    if as_the_cli_runs:
+        program = compile_jax_seeds(cfg, seeds, mesh)
+    else:
+        program = compile_jax_seeds(cfg, seeds, mesh, chunk_steps=cfg.steps, progress_every=0)
+    run_jax(program, cfg, lambda _: None)
     _settle()
-    return _median_time(lambda: jax.block_until_ready(compiled(keys)), repeats)
+    return _median_time(lambda: run_jax(program, cfg, lambda _: None), repeats)
 
 
 def main() -> None:
@@ -90,6 +103,10 @@ def main() -> None:
     rows.append((f"{args.seeds} seeds, JAX vmapped after compile", j_many,
                  t_many.run_s / j_many))
     rows.append((f"{args.seeds} JAX seeds vs 1 torch seed", j_many, torch_one / j_many))
+    j_cli = _jax_run_time(cfg, seeds, args.repeats, as_the_cli_runs=True)
+    rows.append((f"{args.seeds} seeds, JAX in 10 chunks with per-step progress (the CLI)",
+                 j_cli, t_many.run_s / j_cli))
+    progress_overhead = j_cli / j_many
     n_dev = len(jax.devices())
     if n_dev > 1 and args.seeds % n_dev == 0:
         mesh = (n_dev, 1)
@@ -108,21 +125,24 @@ def main() -> None:
     rows.append(("REINFORCE 2x600x32, torch", t_var, None))
     rows.append(("REINFORCE 2x600x32, JAX after compile", j_var, t_var / j_var))
 
-    end_reward = {
-        "torch": float(np.mean(t_many.metrics["mean_reward"][:, -5:])),
-        "jax": float(np.mean(j_many_first.metrics["mean_reward"][:, -5:])),
-    }
+    end_reward = {impl: mean_ci(seed_means(r.metrics["mean_reward"], 5))
+                  for impl, r in (("torch", t_many), ("jax", j_many_first))}
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} "
           f"threads), jax {jax.__version__} on {jax.devices()[0].platform} "
           f"({len(jax.devices())} devices)")
-    print(f"final reward over {args.seeds} seeds: torch {end_reward['torch']:.3f}, "
-          f"JAX {end_reward['jax']:.3f}")
+    print(f"final reward (mean of the last 5 steps) over {args.seeds} seeds, with a bootstrap "
+          "95% interval over seeds (the two frameworks sample different completions, so "
+          "they agree in distribution, not seed by seed):")
+    for impl, (m, lo, hi) in end_reward.items():
+        print(f"  {impl:5s} {float(m):.3f} [{float(lo):.3f}, {float(hi):.3f}]")
     print()
     print("| case | time (s) | speed-up vs torch |")
     print("|---|---:|---:|")
     for name, t, ratio in rows:
         print(f"| {name} | {t:.4f} | {'' if ratio is None else f'{ratio:.1f}x'} |")
+    print(f"\nchunks + per-step progress reports: {progress_overhead:.3f}x the time of the "
+          f"same {args.seeds} seeds in one call without them")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from grpospec.checks import AGG_MODES, IMPORTANCE_LEVELS, check_positive_int
 
@@ -16,61 +19,74 @@ TASKS = ("counting", "sparse", "variable")
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gae")
 
 
+_VALIDATE: contextvars.ContextVar[bool] = contextvars.ContextVar("validate", default=True)
+
+
+@contextlib.contextmanager
+def deferred_validation():
+    """Build configs without checking them (a command-line parser constructs them before
+    the caller can word an error with the option's name); call ``validate()`` after."""
+    token = _VALIDATE.set(False)
+    try:
+        yield
+    finally:
+        _VALIDATE.reset(token)
+
+
 @dataclass(frozen=True)
 class CountingConfig:
     """GRPO (and its variants) on a toy task; the defaults reproduce SPEC section 4.
 
-    Attributes:
-      steps: GRPO steps (each: sample, reward, advantages, ``inner_epochs`` updates).
-      n_prompts: prompts per step (B).
-      group_size: completions per prompt (G).
-      inner_epochs: full-batch optimizer steps on each step's rollouts; from the second
-        on, the policy is off-policy by one update, so the ratio and clipping act.
-      learning_rate: Adam's step size.
-      beta: weight of the k3 KL penalty against the frozen initial policy.
-      clip_eps: lower clipping range (and upper, unless ``clip_eps_high`` is set).
-      clip_eps_high: DAPO's clip-higher upper range; ``None`` means ``clip_eps``.
-      agg: loss aggregation, ``"token"`` (DAPO), ``"seq"`` (GRPO) or ``"constant"``
-        (Dr. GRPO: divide by N x the task's maximum length).
-      estimator: ``"grpo"`` (group std-normalised), ``"dr_grpo"`` (group mean only),
-        ``"rloo"`` (leave-one-out mean) or ``"gae"`` (PPO: a learned value head, per-token
-        GAE on the terminal reward, advantages whitened over the batch's valid tokens).
-      gamma, lam: GAE's discount and lambda (``estimator="gae"``).
-      vf_coef: weight of the value loss (``estimator="gae"``).
-      dual_clip: dual-clip bound c > 1 for negative advantages, or ``None``.
-      importance_level: ``"token"`` ratios, or ``"sequence"`` (GSPO).
-      dynamic_sampling: DAPO's dynamic sampling: sample ``oversample`` times as many
-        groups, keep groups whose rewards vary (in sampling order), fill the batch with
-        zero-variance groups only when too few vary.
-      oversample: the pool size factor of dynamic sampling.
-      task: ``"counting"`` (fraction of correct positions), ``"sparse"`` (1 only for a
-        fully correct completion) or ``"variable"`` (variable-length answers ended by an
-        end token; see ``task_reward`` in either framework).
-      completion_length: tokens per completion; ``None`` means the task's default
-        (5 for counting and sparse, 8 for variable).
+    One typed dataclass for both trainers and the ``jaxgrpo counting`` command line (each
+    field's docstring is its ``--help`` line).
     """
 
     steps: int = 80
+    """GRPO steps (each: sample, reward, advantages, inner-epochs updates)"""
     n_prompts: int = 16
+    """prompts per step (B)"""
     group_size: int = 8
+    """completions per prompt (G)"""
     inner_epochs: int = 2
+    """full-batch optimizer steps per batch of rollouts (from the second, off-policy)"""
     learning_rate: float = 0.05
+    """Adam's step size"""
     beta: float = 0.01
+    """weight of the k3 KL penalty against the frozen initial policy"""
     clip_eps: float = 0.2
+    """lower clip range eps_low, in (0, 1) (and the upper one unless clip-eps-high is set)"""
     clip_eps_high: float | None = None
-    agg: str = "token"
-    estimator: str = "grpo"
+    """DAPO's clip-higher upper range eps_high; None: clip-eps"""
+    agg: Literal["token", "seq", "constant"] = "token"
+    """loss aggregation: token (DAPO), seq (GRPO) or constant (Dr. GRPO: / (N * max length))"""
+    estimator: Literal["grpo", "dr_grpo", "rloo", "gae"] = "grpo"
+    """advantages: grpo (group std), dr_grpo (group mean), rloo, gae (PPO, a value head)"""
     gamma: float = 1.0
+    """GAE's discount (estimator gae)"""
     lam: float = 0.95
+    """GAE's lambda (estimator gae)"""
     vf_coef: float = 0.5
+    """weight of the value loss (estimator gae)"""
     dual_clip: float | None = None
-    importance_level: str = "token"
+    """dual-clip bound c > 1 for negative advantages; None: off"""
+    importance_level: Literal["token", "sequence"] = "token"
+    """token ratios (PPO/GRPO) or sequence ratios (GSPO)"""
     dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: sample oversample x the groups, keep those whose rewards vary"""
     oversample: int = 2
-    task: str = "counting"
+    """the pool size factor of dynamic sampling"""
+    task: Literal["counting", "sparse", "variable"] = "counting"
+    """counting (share of right positions), sparse (all right or 0), variable (end token)"""
     completion_length: int | None = None
+    """tokens per completion; None: the task's (5, or 8 for variable)"""
 
     def __post_init__(self) -> None:
+        if _VALIDATE.get():
+            self.validate()
+
+    def validate(self) -> CountingConfig:
+        """Raise ``ValueError``/``TypeError`` naming the first bad field; return ``self``.
+        (Called on construction, except inside :func:`deferred_validation`.)"""
         for name in ("steps", "n_prompts", "group_size", "inner_epochs", "oversample"):
             check_positive_int(name, getattr(self, name))
         if self.completion_length is not None:
@@ -96,6 +112,7 @@ class CountingConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.estimator == "rloo" and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for estimator='rloo', got {self.group_size}")
+        return self
 
     @property
     def vocab_size(self) -> int:

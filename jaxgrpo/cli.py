@@ -1,145 +1,161 @@
-"""The ``jaxgrpo`` command line: ``jaxgrpo bandit``, ``jaxgrpo counting``."""
+"""The ``jaxgrpo`` command line: ``bandit``, ``counting``, ``experiment``.
+
+The options of ``counting`` are the fields of :class:`grpospec.CountingConfig` plus the
+run's own (implementation, seeds, mesh, output folder), derived by tyro: each field's
+docstring is its help line, so an option is declared once. Bad input gets one ``error:``
+line naming the option, exit code 2; Ctrl-C stops a run at the next chunk of steps and
+writes what finished (exit code 130).
+"""
 
 from __future__ import annotations
 
-import datetime as dt
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-import typer
+import tyro
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="GRPO math in JAX, with a PyTorch reference.")
+from grpospec import CountingConfig
+from grpospec.cli import option_message
+from grpospec.config import deferred_validation
+from grpospec.outdir import OutputFolderError, claim_output_dir
+
 console = Console()
+err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code=2)
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    raise SystemExit(2)
 
 
-def _fresh_out_dir(out: Path | None, stem: str) -> Path:
-    """The output folder: ``out`` if it does not exist or is empty, else an error;
-    by default a new time-stamped folder under ``runs/``. Nothing is overwritten."""
-    if out is None:
-        out = Path("runs") / f"{stem}-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        _fail(f"--out {out} already exists and is not an empty folder; "
-              "refusing to overwrite it: pass a new path")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+def _claim(out: Path | None, stem: str):
+    try:
+        return claim_output_dir(out, stem, "--out")
+    except OutputFolderError as e:
+        _fail(str(e))
 
 
-@app.command()
-def bandit(
-    samples: Annotated[int, typer.Option(min=1, help="samples of the large REINFORCE estimate")]
-    = 200_000,
-    repeats: Annotated[int, typer.Option(min=2, help="repeats of the small-batch estimate")] = 600,
-    batch: Annotated[int, typer.Option(min=1, help="samples per small-batch estimate")] = 32,
-    seed: Annotated[int, typer.Option(help="seed of all sampling")] = 0,
-) -> None:
+def _progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
+                    TimeElapsedColumn(), console=console)
+
+
+@dataclass
+class Bandit:
     """Softmax bandit: REINFORCE against the exact gradient, with and without a baseline."""
+
+    samples: int = 200_000
+    """samples of the large REINFORCE estimate"""
+    repeats: int = 600
+    """repeats of the small-batch estimate (>= 2)"""
+    batch: int = 32
+    """samples per small-batch estimate"""
+    seed: int = 0
+    """seed of all sampling"""
+
+
+def bandit(args: Bandit) -> None:
     from jaxgrpo.runs import IMPLS, bandit_report
 
-    table = Table(title=f"REINFORCE on a 5-armed softmax bandit ({samples:,} samples; "
-                        f"{repeats} estimates of {batch} samples)")
+    for name, low in (("samples", 1), ("repeats", 2), ("batch", 1)):
+        if getattr(args, name) < low:
+            _fail(f"--{name} must be >= {low}, got {getattr(args, name)}")
+    table = Table(title=f"REINFORCE on a 5-armed softmax bandit ({args.samples:,} samples; "
+                        f"{args.repeats} estimates of {args.batch} samples)")
     for col in ("impl", "max |estimate - exact|", "variance, b = 0", "variance, b = E[r]",
                 "ratio"):
         table.add_column(col, justify="right")
     for impl in IMPLS:
-        r = bandit_report(impl, samples, repeats, batch, seed)
+        r = bandit_report(impl, args.samples, args.repeats, args.batch, args.seed)
         table.add_row(impl, f"{r['max_abs_error']:.4f}", f"{r['var_b0']:.4f}",
                       f"{r['var_mean_baseline']:.4f}", f"{r['variance_ratio']:.2f}")
     console.print(table)
 
 
-@app.command()
-def counting(
-    impl: Annotated[str, typer.Option(help="implementation: jax (vmapped) or torch")] = "jax",
-    seeds: Annotated[int, typer.Option(min=1, help="number of independent runs")] = 64,
-    seed: Annotated[int, typer.Option(help="first seed; runs use seed .. seed + seeds - 1")] = 0,
-    steps: Annotated[int, typer.Option(min=1, help="GRPO steps")] = 80,
-    task: Annotated[str, typer.Option(help="counting, sparse or variable")] = "counting",
-    completion_length: Annotated[int | None, typer.Option(
-        help="tokens per completion (default: the task's)")] = None,
-    n_prompts: Annotated[int, typer.Option(min=1, help="prompts per step (B)")] = 16,
-    group_size: Annotated[int, typer.Option(min=1, help="completions per prompt (G)")] = 8,
-    inner_epochs: Annotated[int, typer.Option(min=1, help="updates per batch of rollouts")] = 2,
-    lr: Annotated[float, typer.Option(help="Adam learning rate")] = 0.05,
-    beta: Annotated[float, typer.Option(help="k3 KL weight against the initial policy")] = 0.01,
-    estimator: Annotated[str, typer.Option(
-        help="advantages: grpo, dr_grpo, rloo or gae (PPO with a value head)")] = "grpo",
-    agg: Annotated[str, typer.Option(help="loss aggregation: token, seq or constant")] = "token",
-    clip_eps: Annotated[float, typer.Option(help="clip range eps_low, in (0, 1)")] = 0.2,
-    clip_eps_high: Annotated[float | None, typer.Option(
-        help="clip-higher eps_high (default: clip-eps)")] = None,
-    dual_clip: Annotated[float | None, typer.Option(
-        help="dual-clip bound c > 1 for negative advantages")] = None,
-    importance_level: Annotated[str, typer.Option(
-        help="token ratios, or sequence (GSPO)")] = "token",
-    dynamic_sampling: Annotated[bool, typer.Option(
-        help="DAPO dynamic sampling: drop zero-variance groups, refill from extra ones")] = False,
-    oversample: Annotated[int, typer.Option(min=1, help="dynamic sampling's pool factor")] = 2,
-    gamma: Annotated[float, typer.Option(help="GAE discount (estimator gae)")] = 1.0,
-    lam: Annotated[float, typer.Option(help="GAE lambda (estimator gae)")] = 0.95,
-    vf_coef: Annotated[float, typer.Option(help="value-loss weight (estimator gae)")] = 0.5,
-    mesh: Annotated[str | None, typer.Option(
-        help="JAX device mesh SEEDSxDATA, e.g. 2x4: seeds split over the first axis, each "
-             "run's prompt groups over the second (default: one device)")] = None,
-    out: Annotated[Path | None, typer.Option(
-        help="output folder (new or empty); default runs/counting-<time>")] = None,
-) -> None:
+@dataclass
+class Counting:
     """Train a toy task with GRPO (or a variant) over many seeds; write metrics and a plot."""
-    from grpospec import CountingConfig
+
+    config: Annotated[CountingConfig, tyro.conf.arg(name="")] = field(
+        default_factory=CountingConfig)
+    impl: Literal["jax", "torch"] = "jax"
+    """implementation: jax (all seeds in one vmapped program) or torch (one after another)"""
+    seeds: int = 64
+    """number of independent runs"""
+    seed: int = 0
+    """first seed; runs use seed .. seed + seeds - 1"""
+    mesh: str | None = None
+    """JAX device mesh SEEDSxDATA (e.g. 2x4: seeds, then prompt groups); None: one device"""
+    out: Path | None = None
+    """output folder, new or empty; None: a new runs/counting-<time>"""
+    chunk_steps: int | None = None
+    """JAX: steps per compiled call (Ctrl-C stops after the chunk); None: steps / 10"""
+
+
+def counting(args: Counting) -> None:
     from jaxgrpo.runs import (
-        IMPLS,
         plot_learning_curves,
+        plot_metrics,
         run_seeds,
         summarize,
         write_metrics_csv,
         write_summary_json,
     )
 
-    if impl not in IMPLS:
-        _fail(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     try:
-        cfg = CountingConfig(steps=steps, n_prompts=n_prompts, group_size=group_size,
-                             inner_epochs=inner_epochs, learning_rate=lr, beta=beta,
-                             clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg=agg,
-                             estimator=estimator, gamma=gamma, lam=lam, vf_coef=vf_coef,
-                             dual_clip=dual_clip, importance_level=importance_level,
-                             dynamic_sampling=dynamic_sampling, oversample=oversample,
-                             task=task, completion_length=completion_length)
+        cfg = args.config.validate()
     except (TypeError, ValueError) as e:
-        _fail(f"bad option: {e}")
+        _fail(option_message(str(e), CountingConfig))
+    if args.seeds < 1:
+        _fail(f"--seeds must be >= 1, got {args.seeds}")
+    if args.chunk_steps is not None and args.chunk_steps < 1:
+        _fail(f"--chunk-steps must be >= 1, got {args.chunk_steps}")
     mesh_shape = None
-    if mesh is not None:
+    if args.mesh is not None:
         from jaxgrpo.sharding import check_mesh_fits, make_mesh, parse_mesh
 
-        if impl != "jax":
+        if args.impl != "jax":
             _fail("--mesh is for --impl jax only")
         try:
-            mesh_shape = parse_mesh(mesh)
-            check_mesh_fits(cfg, seeds, make_mesh(*mesh_shape))
+            mesh_shape = parse_mesh(args.mesh)
+            check_mesh_fits(cfg, args.seeds, make_mesh(*mesh_shape))
         except ValueError as e:
             _fail(f"--mesh: {e}")
-    out = _fresh_out_dir(out, "counting")
-    seed_list = list(range(seed, seed + seeds))
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} seeds"), TimeElapsedColumn(),
-                  console=console) as progress:
-        what = ("compiling and training, all seeds in one vmapped program" if impl == "jax"
-                else "training seeds one after another")
-        bar = progress.add_task(f"{impl}: {what}", total=seeds)
-        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(bar), mesh_shape)
-
+    folder = _claim(args.out, "counting")
+    out = folder.path
+    seed_list = list(range(args.seed, args.seed + args.seeds))
+    try:
+        with _progress() as progress:
+            if args.impl == "jax":
+                bar = progress.add_task(f"jax: {args.seeds} seeds in one compiled program",
+                                        total=cfg.steps, unit="steps")
+            else:
+                bar = progress.add_task("torch: seeds one after another",
+                                        total=args.seeds * cfg.steps, unit="seed-steps")
+            result = run_seeds(args.impl, cfg, seed_list, lambda k: progress.advance(bar, k),
+                               mesh_shape, args.chunk_steps)
+    except KeyboardInterrupt:  # while compiling: nothing ran yet
+        folder.release_if_unused()
+        err_console.print("interrupted before training started; nothing written")
+        raise SystemExit(130) from None
+    except BaseException:
+        folder.release_if_unused()
+        raise
+    if result.steps_done == 0:
+        folder.release_if_unused()
+        err_console.print("interrupted before a step finished; nothing written")
+        raise SystemExit(130)
     summary = summarize(result)
-    table = Table(title=f"{task} task, {impl}, {seeds} seeds x {steps} steps "
-                        "(mean over seeds [95% interval]; end = mean of last 5 steps)")
+    done = (f"{result.steps_done} of {cfg.steps} steps (interrupted)" if result.interrupted
+            else f"{cfg.steps} steps")
+    table = Table(title=f"{cfg.task} task, {args.impl}, {len(result.seeds)} seeds x {done} "
+                        "(mean over seeds [bootstrap 95% interval]; end = last 5 steps)")
     table.add_column("metric")
     table.add_column("start", justify="right")
     table.add_column("end", justify="right")
@@ -148,43 +164,88 @@ def counting(
                       f"{s['end']:.3f} [{s['end_lo']:.3f}, {s['end_hi']:.3f}]")
     console.print(table)
     console.print(f"time: {result.run_s:.2f} s training"
-                  + (f" + {result.compile_s:.2f} s compile" if impl == "jax" else ""))
+                  + (f" + {result.compile_s:.2f} s compile" if args.impl == "jax" else ""))
     write_metrics_csv(result, out / "metrics.csv")
     write_summary_json(result, cfg, out / "summary.json")
-    plot_learning_curves([result], out / "curves.png")
+    plot_learning_curves([result], out / "curves.png", names=plot_metrics(cfg),
+                         title=f"GRPO, {cfg.task} task: mean over {len(result.seeds)} seeds, "
+                               "band = bootstrap 95% interval over seeds")
     console.print(f"wrote {out}/metrics.csv, summary.json, curves.png")
+    folder.release()
+    if result.interrupted:
+        err_console.print(f"interrupted: wrote the {done}")
+        raise SystemExit(130)
 
 
-@app.command()
-def experiment(
-    name: Annotated[str, typer.Argument(
-        help="length-bias, entropy, zero-signal, estimators, or all")],
-    seeds: Annotated[int, typer.Option(min=2, help="seeds per arm (vmapped)")] = 64,
-    seed: Annotated[int, typer.Option(help="first seed")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="output folder (new or empty); default runs/experiment-<time>")] = None,
-) -> None:
+@dataclass
+class ExperimentArgs:
     """Reproduce a GRPO failure mode and its fix: a PNG of curves and a markdown table."""
+
+    name: tyro.conf.Positional[str]
+    """length-bias, entropy, zero-signal, estimators, or all"""
+    seeds: int = 64
+    """seeds per arm (vmapped), >= 2"""
+    seed: int = 0
+    """first seed"""
+    out: Path | None = None
+    """output folder, new or empty; None: a new runs/experiment-<time>"""
+
+
+def experiment(args: ExperimentArgs) -> None:
     from jaxgrpo.experiments import EXPERIMENTS, run_experiment, write_experiment
 
-    names = list(EXPERIMENTS) if name == "all" else [name]
+    names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     if any(n not in EXPERIMENTS for n in names):
-        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or all, got {name!r}")
-    out = _fresh_out_dir(out, "experiment")
-    for n in names:
-        exp = EXPERIMENTS[n]
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                      TextColumn("{task.completed}/{task.total} arms"), TimeElapsedColumn(),
-                      console=console) as progress:
-            bar = progress.add_task(f"{n}: {seeds} seeds per arm, vmapped",
-                                    total=len(exp.arms))
-            results = run_experiment(n, seeds, seed,
-                                     lambda _, bar=bar: progress.advance(bar))
-        console.print(f"[bold]{n}[/]: {exp.question}")
-        console.print(write_experiment(exp, results, out), soft_wrap=True)
+        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or all, got {args.name!r}")
+    if args.seeds < 2:
+        _fail(f"--seeds must be >= 2 (an interval needs two), got {args.seeds}")
+    folder = _claim(args.out, "experiment")
+    out = folder.path
+    try:
+        for n in names:
+            exp = EXPERIMENTS[n]
+            with _progress() as progress:
+                bar = progress.add_task(f"{n}: {args.seeds} seeds per arm, vmapped",
+                                        total=len(exp.arms), unit="arms")
+                results = run_experiment(n, args.seeds, args.seed,
+                                         lambda _, bar=bar: progress.advance(bar))
+            console.print(f"[bold]{n}[/]: {exp.question}")
+            console.print(write_experiment(exp, results, out), soft_wrap=True)
+    except BaseException:
+        folder.release_if_unused()
+        raise
+    folder.release()
     console.print(f"wrote {out}/")
 
 
-def main() -> None:  # pragma: no cover
-    app()
+COMMANDS = {"bandit": bandit, "counting": counting, "experiment": experiment}
 
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``jaxgrpo`` entry point."""
+    with deferred_validation():  # checked in the command, to word errors as options
+        command, args = tyro.extras.subcommand_cli_from_dict(
+            {name: _Parsed.wrap(name, fn) for name, fn in COMMANDS.items()},
+            args=argv if argv is not None else sys.argv[1:], prog="jaxgrpo",
+            description="GRPO math in JAX, with a PyTorch reference.",
+            config=(tyro.conf.OmitArgPrefixes, tyro.conf.OmitSubcommandPrefixes))
+    COMMANDS[command](args)
+
+
+class _Parsed:
+    """tyro builds the arguments inside ``deferred_validation``; the command then runs
+    outside it (so configs it builds itself are checked as usual)."""
+
+    @staticmethod
+    def wrap(name, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def parse_only(*args, **kwargs):
+            return name, (args[0] if args else next(iter(kwargs.values())))
+
+        return parse_only
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -10,8 +10,9 @@ bottom (the NNX performance guide's pattern), so the carry is plain arrays.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -299,14 +300,112 @@ class RunnerState(NamedTuple):
     """The ``lax.scan`` carry of a training run."""
 
     state: nnx.State  # (policy, optimizer), as split by nnx
+    ref: nnx.State  # the frozen reference policy: the initial weights
     key: jax.Array
 
 
-def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None = None):
+_PROGRESS_LISTENERS: list = []
+
+
+def _report_steps_done(done) -> None:
+    """Host side of the in-program progress report (``jax.debug.callback``)."""
+    for listener in list(_PROGRESS_LISTENERS):
+        listener(int(done))
+
+
+@contextlib.contextmanager
+def progress_listener(fn):
+    """Call ``fn(steps_done)`` whenever a running compiled program reports progress
+    (``make_train(..., progress_every=k)`` reports every k steps from inside the scan)."""
+    _PROGRESS_LISTENERS.append(fn)
+    try:
+        yield
+    finally:
+        _PROGRESS_LISTENERS.remove(fn)
+
+
+class Trainer(NamedTuple):
+    """What :func:`make_train` builds: ``init(key) -> RunnerState`` and
+    ``run(runner, start_step, n_steps) -> (runner, metrics)``; ``n_steps`` is static."""
+
+    init: Callable
+    run: Callable
+
+
+def make_trainer(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None = None,
+                 progress_every: int = 0) -> Trainer:
+    """The training run in two pure pieces, so a long run can go in chunks of steps:
+    ``init(key)`` builds the policy, its optimizer and the frozen reference;
+    ``run(runner, start_step, n_steps)`` scans ``_update_step`` over steps
+    ``start_step .. start_step + n_steps - 1`` and returns the new carry and the metrics
+    ``{name: (n_steps,)}``. Both are pure: jit them, vmap them over keys (``start_step``
+    unbatched). With ``progress_every = k > 0`` the scan reports the number of steps done
+    to :func:`progress_listener` every k steps (a ``jax.debug.callback``; the step index
+    is the same for every seed, so one report covers all of them).
+
+    ``batch_sharding``: see :func:`make_train`.
+    """
+    pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
+
+    def _build(key):
+        model = CounterPolicy(cfg.vocab_size, cfg.length, value_head=cfg.value_head,
+                              rngs=nnx.Rngs(params=key))
+        return model, nnx.Optimizer(model, optax.adam(cfg.learning_rate), wrt=nnx.Param)
+
+    abstract = nnx.eval_shape(lambda: _build(jax.random.key(0)))
+    graphdef, _ = nnx.split(abstract)
+    model_def, _ = nnx.split(abstract[0])
+
+    def init(key: jax.Array) -> RunnerState:
+        key_init, key_run = jax.random.split(key)
+        model, optimizer = _build(key_init)
+        return RunnerState(nnx.state((model, optimizer)), nnx.state(model), key_run)
+
+    def _update_step(runner: RunnerState, step):
+        model, optimizer = nnx.merge(graphdef, runner.state)
+        ref_model = nnx.merge(model_def, runner.ref)
+        key, k_prompt, k_sample = jax.random.split(runner.key, 3)
+        prompts = jax.random.randint(k_prompt, (pool,), 0, VOCAB_SIZE)
+        prompts = jnp.repeat(prompts, cfg.group_size)
+        if batch_sharding is not None:
+            prompts = jax.lax.with_sharding_constraint(prompts, batch_sharding)
+        completions, _ = sample_completions(model, prompts, k_sample)
+        if cfg.dynamic_sampling:
+            grouped = task_reward(cfg.task, prompts, completions)[0].reshape(-1, cfg.group_size)
+            kept = select_groups(grouped, cfg.n_prompts)
+            rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
+            batch_prompts, batch_completions = prompts[rows], completions[rows]
+        else:  # the pool is the batch
+            kept = jnp.arange(cfg.n_prompts)
+            batch_prompts, batch_completions = prompts, completions
+        metrics = rollout_metrics(cfg, prompts, completions, kept)
+        if batch_sharding is not None:
+            batch_prompts = jax.lax.with_sharding_constraint(batch_prompts, batch_sharding)
+            batch_completions = jax.lax.with_sharding_constraint(batch_completions,
+                                                                 batch_sharding)
+        metrics.update(grpo_update(model, optimizer, ref_model, batch_prompts,
+                                   batch_completions, cfg))
+        if progress_every:
+            done = step + 1
+            jax.lax.cond((done % progress_every == 0) | (done == cfg.steps),
+                         lambda: jax.debug.callback(_report_steps_done, done),
+                         lambda: None)
+        return RunnerState(nnx.state((model, optimizer)), runner.ref, key), metrics
+
+    def run(runner: RunnerState, start_step, n_steps: int):
+        steps = jnp.asarray(start_step, jnp.int32) + jnp.arange(n_steps, dtype=jnp.int32)
+        return jax.lax.scan(_update_step, runner, steps)
+
+    return Trainer(init, run)
+
+
+def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None = None,
+               progress_every: int = 0):
     """Returns ``train(key) -> (final (policy, optimizer) state, metrics)``.
 
     ``metrics`` maps each of ``cfg.metric_names`` to an array of shape (steps,).
-    ``train`` is pure: jit it, vmap it over keys for many seeds.
+    ``train`` is pure: jit it, vmap it over keys for many seeds. It is
+    :func:`make_trainer`'s ``init`` followed by one ``run`` over all ``cfg.steps`` steps.
 
     ``batch_sharding`` (e.g. ``NamedSharding(mesh, P("data"))``) constrains each step's
     batch of prompts and completions, laid out group by group, to be split along its
@@ -314,46 +413,10 @@ def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None
     need no communication, and XLA sums the gradients of the replicated parameters
     across the data axis. ``None``: no constraint.
     """
-
-    pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
+    trainer = make_trainer(cfg, batch_sharding, progress_every)
 
     def train(key: jax.Array):
-        key_init, key_run = jax.random.split(key)
-        model = CounterPolicy(cfg.vocab_size, cfg.length, value_head=cfg.value_head,
-                              rngs=nnx.Rngs(params=key_init))
-        optimizer = nnx.Optimizer(model, optax.adam(cfg.learning_rate), wrt=nnx.Param)
-        model_def, ref_params = nnx.split(model)  # the frozen reference: initial weights
-        graphdef, state = nnx.split((model, optimizer))
-
-        def _update_step(runner: RunnerState, _):
-            model, optimizer = nnx.merge(graphdef, runner.state)
-            ref_model = nnx.merge(model_def, ref_params)
-            key, k_prompt, k_sample = jax.random.split(runner.key, 3)
-            prompts = jax.random.randint(k_prompt, (pool,), 0, VOCAB_SIZE)
-            prompts = jnp.repeat(prompts, cfg.group_size)
-            if batch_sharding is not None:
-                prompts = jax.lax.with_sharding_constraint(prompts, batch_sharding)
-            completions, _ = sample_completions(model, prompts, k_sample)
-            if cfg.dynamic_sampling:
-                grouped = task_reward(cfg.task, prompts, completions)[0].reshape(
-                    -1, cfg.group_size)
-                kept = select_groups(grouped, cfg.n_prompts)
-                rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
-                batch_prompts, batch_completions = prompts[rows], completions[rows]
-            else:  # the pool is the batch
-                kept = jnp.arange(cfg.n_prompts)
-                batch_prompts, batch_completions = prompts, completions
-            metrics = rollout_metrics(cfg, prompts, completions, kept)
-            if batch_sharding is not None:
-                batch_prompts = jax.lax.with_sharding_constraint(batch_prompts, batch_sharding)
-                batch_completions = jax.lax.with_sharding_constraint(batch_completions,
-                                                                     batch_sharding)
-            metrics.update(grpo_update(model, optimizer, ref_model, batch_prompts,
-                                       batch_completions, cfg))
-            return RunnerState(nnx.state((model, optimizer)), key), metrics
-
-        runner, metrics = jax.lax.scan(
-            _update_step, RunnerState(state, key_run), None, length=cfg.steps)
+        runner, metrics = trainer.run(trainer.init(key), 0, cfg.steps)
         return runner.state, metrics
 
     return train

@@ -30,8 +30,10 @@ def make_mesh(seeds: int = 1, data: int = 1, devices=None) -> Mesh:
     seeds, data = check_positive_int("seeds", seeds), check_positive_int("data", data)
     devices = list(jax.devices() if devices is None else devices)
     if seeds * data > len(devices):
-        raise ValueError(f"a mesh of seeds={seeds} x data={data} needs {seeds * data} devices, "
-                         f"but only {len(devices)} are available")
+        raise ValueError(
+            f"a mesh of seeds={seeds} x data={data} needs {seeds * data} devices, but only "
+            f"{len(devices)} are available (on a CPU, start with XLA_FLAGS="
+            f"--xla_force_host_platform_device_count={seeds * data} to simulate them)")
     return Mesh(np.asarray(devices[: seeds * data]).reshape(seeds, data), ("seeds", "data"))
 
 

@@ -281,7 +281,7 @@ MUTANTS: tuple[SpecMutant, ...] = (
         "counting"), COUNTING_TESTS),
     SpecMutant("reference-is-the-current-policy", "the KL reference moves with the policy "
                "(KL always 0)", (
-                   Patch(f"{J}/counting.py", "ref_model = nnx.merge(model_def, ref_params)",
+                   Patch(f"{J}/counting.py", "ref_model = nnx.merge(model_def, runner.ref)",
                          "ref_model = model"),
                    Patch(f"{T}/counting.py",
                          "ref_policy = copy.deepcopy(policy).requires_grad_(False)",

@@ -9,7 +9,6 @@ option, with exit code 2, never a traceback from inside a library.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import tyro
 from rich.console import Console
 
+from grpospec.cli import option_message
 from scaleup.config import ConfigError, TrainConfig
 
 console = Console(stderr=True)
@@ -26,16 +26,6 @@ def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False,
                   markup=True)
     raise SystemExit(2)
-
-
-def option_message(message: str, fields=TrainConfig) -> str:
-    """A config error worded with the option's command-line name: ``learning_rate must
-    be ...`` becomes ``--learning-rate must be ...``."""
-    names = {f.name for f in dataclasses.fields(fields)}
-    head, sep, rest = message.partition(" ")
-    if head in names:
-        return f"--{head.replace('_', '-')}{sep}{rest}"
-    return message
 
 
 def _user_errors():
@@ -60,7 +50,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> None:
     try:
         result = run_train(cfg, resume=resume)
     except _user_errors() as e:
-        _fail(option_message(str(e)))
+        _fail(option_message(str(e), TrainConfig))
     log = result["log"]
     if log and result["rank"] == 0:
         console.print(f"done: {len(log)} steps, last mean reward "
@@ -78,17 +68,17 @@ class EvalConfig:
     batch_size: int = 16
     """problems per generate call"""
     max_new_tokens: int | None = None
-    """most tokens per completion (default: the run's)"""
+    """most tokens per completion; None: the run's"""
     n_boot: int = 10_000
     """bootstrap resamples for the 95% interval"""
     n_samples: int = 20
     """completions of each model written to eval_samples.jsonl"""
     device: str | None = None
-    """override the run's device"""
+    """the device; None: the run's"""
     eval_data: str | None = None
-    """GSM8K evaluation JSONL (default: the run's --eval-data)"""
+    """GSM8K evaluation JSONL; None: the run's --eval-data"""
     allow_overlap: bool | None = None
-    """evaluate GSM8K even if --eval-data overlaps the training file (default: the run's)"""
+    """evaluate GSM8K even if --eval-data overlaps the training file; None: the run's"""
 
 
 def evaluate(cfg: EvalConfig) -> None:

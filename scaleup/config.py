@@ -76,7 +76,7 @@ class TrainConfig:
     clip_eps: float = 0.2
     """PPO clip range, low side"""
     clip_eps_high: float | None = None
-    """PPO clip range, high side (DAPO clip-higher); None means clip_eps"""
+    """PPO clip range, high side (DAPO clip-higher); None: clip-eps"""
     beta: float = 0.0
     """weight of the k3 KL penalty to the starting model (the adapter disabled)"""
     agg: str = "token"
@@ -90,13 +90,13 @@ class TrainConfig:
     logprob_chunk: int = 64
     """positions per chunk when turning hidden states into log-probs"""
     threads: int | None = None
-    """torch CPU threads; default 1 on CPU (more can be 60x slower on a busy machine)"""
+    """torch CPU threads; None: 1 on CPU (more can be 60x slower on a busy machine)"""
     seed: int = 0
     """seeds the prompts, the LoRA init and the sampling"""
 
     # bookkeeping
     output_dir: str | None = None
-    """run folder, new or empty (default: a new runs/grpo-scaleup-<time>)"""
+    """run folder, new or empty; None: a new runs/grpo-scaleup-<time>"""
     save_every: int = 50
     """save a checkpoint every this many steps (and at the end)"""
 
@@ -123,6 +123,11 @@ class TrainConfig:
         _range(self.weight_decay, "weight_decay", 0, math.inf)
         _range(self.max_grad_norm, "max_grad_norm", 0, math.inf)
         _range(self.lora_dropout, "lora_dropout", 0, 1, high_open=True)
+        if self.threads is not None:
+            try:
+                check_positive_int("threads", self.threads)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(str(e)) from None
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
         if self.task == "gsm8k" and not self.data:

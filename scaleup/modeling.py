@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import warnings
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -30,11 +35,54 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub (``HF_ENDPOINT``, default huggingface.co) accepts a
+    TCP connection within ``timeout`` seconds: one quick check instead of transformers'
+    retries, which take about a minute to fail offline."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    result: list[bool] = []
+
+    def connect():  # in a thread: name resolution has no timeout of its own
+        try:
+            with socket.create_connection((endpoint.hostname, port), timeout=timeout):
+                result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _check_hub_or_cache(name: str) -> None:
+    """A hub id with no network: use the local cache only (``HF_HUB_OFFLINE``), failing
+    at once, in one line, if the model is not in it."""
+    if Path(name).expanduser().exists():
+        return
+    if not _offline() and not hub_reachable():
+        os.environ["HF_HUB_OFFLINE"] = "1"  # the cache only, no retries
+    if _offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+            raise ModelLoadError(
+                f"--model {name!r}: the Hugging Face hub is not reachable (or HF_HUB_OFFLINE "
+                "is set) and the model is not in the local cache; pass --model PATH to a "
+                "local model folder (save_pretrained output)")
+
+
 def load_tokenizer(name: str):
     """The tokenizer of ``name`` (hub id or folder), padded on the left for generation."""
     from transformers import AutoTokenizer
 
     _check_model_location(name)
+    _check_hub_or_cache(name)
     try:
         tok = AutoTokenizer.from_pretrained(name)
     except Exception as e:  # OSError, ValueError, hub errors: all mean "cannot load"
@@ -84,7 +132,10 @@ def add_lora(model, cfg: TrainConfig) -> PeftModel:
         t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM", bias="none")
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # peft reads transformers' deprecated ``is_gradient_checkpointing``: not ours to fix
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                FutureWarning)
         torch.manual_seed(cfg.seed)
         try:
             peft_model = get_peft_model(model, lora)

@@ -215,12 +215,14 @@ def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: tor
     return metrics
 
 
-def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, np.ndarray]:
+def train_counting(seed: int = 0, steps: int = 80, on_step=None,
+                   **overrides) -> Mapping[str, np.ndarray]:
     """Train ``CounterPolicy`` with GRPO on a toy task (SPEC section 4 by default).
 
     Args:
       seed: seeds the initial weights and every sample.
       steps: GRPO steps.
+      on_step: called with no argument after each step (progress reporting).
       **overrides: any other field of ``grpospec.CountingConfig``.
     Returns:
       ``{metric: array of shape (steps,)}`` for each of ``cfg.metric_names``;
@@ -247,4 +249,6 @@ def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, 
                                    completions[rows], cfg))
         for k in cfg.metric_names:
             history[k].append(float(metrics[k]))
+        if on_step is not None:
+            on_step()
     return {k: np.asarray(v) for k, v in history.items()}

@@ -174,3 +174,27 @@ def test_cli_model_folder_without_config(tmp_path, capsys):
     code, text = cli(capsys, "train", "--model", str(tmp_path / "empty"), "--output-dir",
                       str(tmp_path / "z"))
     assert code == 2 and "no config.json" in text.replace("\n", " "), text
+
+
+def test_default_hub_model_offline_fails_fast_in_one_line(tmp_path, capsys, monkeypatch):
+    """No network (HF_HUB_OFFLINE set, model not cached): one clear line at once, not a
+    minute of retries, and no empty run folder left behind."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    out = tmp_path / "run"
+    code, text = cli(capsys, "train", "--output-dir", out, "--steps", "1")
+    assert code == 2 and "not in the local cache" in text and "Traceback" not in text
+    assert not out.exists()
+
+
+def test_scaleup_help_fits_80_columns_without_cutting_names_or_defaults():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "80"}
+    text = subprocess.run([sys.executable, "-m", "scaleup.cli", "train", "--help"],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in text and "--gradient-checkpointing" in text
+    assert "..." not in text and "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
