@@ -8,13 +8,18 @@ imports JAX or PyTorch: the checks look at shapes (tuples) and at plain Python s
 from grpospec.checks import (
     AGG_MODES,
     IMPORTANCE_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_MODES,
+    SCALE_REWARDS,
     check_bandit,
     check_gae,
     check_group_rewards,
     check_grpo_loss,
+    check_overlong,
     check_positive_int,
     check_rloo_rewards,
     check_same_shape,
+    check_scale_rewards,
     scalar_or_none,
 )
 from grpospec.config import (
@@ -31,6 +36,10 @@ from grpospec.config import (
 __all__ = [
     "AGG_MODES",
     "IMPORTANCE_LEVELS",
+    "KL_ESTIMATORS",
+    "LOSS_MODES",
+    "SCALE_REWARDS",
+    "check_scale_rewards",
     "check_gae",
     "check_rloo_rewards",
     "check_same_shape",
@@ -45,6 +54,7 @@ __all__ = [
     "check_bandit",
     "check_grpo_loss",
     "check_group_rewards",
+    "check_overlong",
     "check_positive_int",
     "scalar_or_none",
 ]

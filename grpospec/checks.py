@@ -13,6 +13,8 @@ from typing import Any
 
 AGG_MODES = ("token", "seq", "constant")
 IMPORTANCE_LEVELS = ("token", "sequence")
+KL_ESTIMATORS = ("k1", "k2", "k3")  # verl: "kl", "mse", "low_var_kl"
+LOSS_MODES = ("vanilla", "cispo", "sapo", "gpg")  # verl's policy_loss.loss_mode names
 
 
 def scalar_or_none(x: Any) -> float | None:
@@ -84,10 +86,24 @@ def check_grpo_loss(
     dual_clip: Any = None,
     importance_level: Any = "token",
     max_len: Any = None,
+    *,
+    kl_estimator: Any = "k3",
+    loss_mode: Any = "vanilla",
+    entropy: Sequence[int] | None = None,
+    entropy_coef: Any = 0.0,
+    top_entropy_quantile: Any = 1.0,
+    sapo_temperature_pos: Any = 1.0,
+    sapo_temperature_neg: Any = 1.05,
+    logp_sampler: Sequence[int] | None = None,
+    tis_cap: Any = None,
 ) -> None:
-    """Shapes: logp_* and mask (N, T), adv (N,) or (N, T). clip_eps in (0, 1),
-    clip_eps_high > 0, beta >= 0, agg one of ``AGG_MODES``, dual_clip > 1,
-    importance_level one of ``IMPORTANCE_LEVELS``, max_len an int >= 1."""
+    """Shapes: logp_* and mask (N, T), adv (N,) or (N, T), entropy and logp_sampler (N, T)
+    when given. clip_eps in (0, 1), clip_eps_high > 0, beta >= 0, agg one of
+    ``AGG_MODES``, dual_clip > 1 (only with loss_mode "vanilla"), importance_level one of
+    ``IMPORTANCE_LEVELS``, max_len an int >= 1, kl_estimator one of ``KL_ESTIMATORS``,
+    loss_mode one of ``LOSS_MODES``, entropy_coef >= 0, top_entropy_quantile in (0, 1]
+    (either needs ``entropy``), SAPO temperatures > 0, tis_cap >= 1 (needs
+    ``logp_sampler``)."""
     if len(logp_new) != 2:
         raise ValueError(f"logp_new must be 2-D (N, T), got shape {_shape_str(logp_new)}")
     for name, shape in (("logp_old", logp_old), ("logp_ref", logp_ref), ("mask", mask)):
@@ -123,6 +139,58 @@ def check_grpo_loss(
             f"importance_level must be one of {IMPORTANCE_LEVELS}, got {importance_level!r}")
     if max_len is not None:
         check_positive_int("max_len", max_len)
+    if not isinstance(kl_estimator, str) or kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+    if not isinstance(loss_mode, str) or loss_mode not in LOSS_MODES:
+        raise ValueError(f"loss_mode must be one of {LOSS_MODES}, got {loss_mode!r}")
+    if dual_clip is not None and loss_mode != "vanilla":
+        raise ValueError(f"dual_clip bounds the clipped objective: it needs loss_mode "
+                         f"'vanilla', got loss_mode {loss_mode!r}")
+    ec = scalar_or_none(entropy_coef)
+    if ec is not None and not (ec >= 0.0 and math.isfinite(ec)):
+        raise ValueError(f"entropy_coef must be a finite number >= 0, got {entropy_coef!r}")
+    q = scalar_or_none(top_entropy_quantile)
+    if q is None or not (0.0 < q <= 1.0):
+        raise ValueError(f"top_entropy_quantile must lie in (0, 1], got {top_entropy_quantile!r}")
+    if (ec is None or ec != 0 or q < 1.0) and entropy is None:
+        raise ValueError("entropy (N, T), the per-token entropy of the training forward, is "
+                         "needed for entropy_coef > 0 or top_entropy_quantile < 1")
+    if entropy is not None and tuple(entropy) != tuple(logp_new):
+        raise ValueError(f"entropy must have the shape of logp_new {_shape_str(logp_new)}, "
+                         f"got {_shape_str(entropy)}")
+    for name, value in (("sapo_temperature_pos", sapo_temperature_pos),
+                        ("sapo_temperature_neg", sapo_temperature_neg)):
+        v = scalar_or_none(value)
+        if v is not None and not (v > 0.0 and math.isfinite(v)):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if tis_cap is not None:
+        c = scalar_or_none(tis_cap)
+        if c is not None and not (c >= 1.0 and math.isfinite(c)):
+            raise ValueError(f"tis_cap must be a finite number >= 1 (or None), got {tis_cap!r}")
+        if logp_sampler is None:
+            raise ValueError("tis_cap needs logp_sampler (N, T), the sampler's log-probs")
+    if logp_sampler is not None and tuple(logp_sampler) != tuple(logp_new):
+        raise ValueError(f"logp_sampler must have the shape of logp_new "
+                         f"{_shape_str(logp_new)}, got {_shape_str(logp_sampler)}")
+
+
+SCALE_REWARDS = ("group", "batch", "none")  # TRL's scale_rewards
+
+
+def check_scale_rewards(scale_rewards: Any) -> None:
+    if not isinstance(scale_rewards, str) or scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+
+
+def check_overlong(max_len: Any, buffer: Any, penalty: Any) -> None:
+    """DAPO's overlong penalty: max_len >= 1, 1 <= buffer <= max_len, penalty >= 0."""
+    check_positive_int("max_len", max_len)
+    check_positive_int("overlong_buffer", buffer)
+    if buffer > max_len:
+        raise ValueError(f"overlong_buffer must be <= the maximum length ({max_len}), got {buffer}")
+    p = scalar_or_none(penalty)
+    if p is not None and not (p >= 0 and math.isfinite(p)):
+        raise ValueError(f"overlong_penalty must be a finite number >= 0, got {penalty!r}")
 
 
 def check_rloo_rewards(rewards_shape: Sequence[int]) -> None:

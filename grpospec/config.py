@@ -8,7 +8,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from grpospec.checks import AGG_MODES, IMPORTANCE_LEVELS, check_positive_int
+from grpospec.checks import (
+    AGG_MODES,
+    IMPORTANCE_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_MODES,
+    check_overlong,
+    check_positive_int,
+    check_scale_rewards,
+)
 
 VOCAB_SIZE = 8  # the digits 0..7 of the counting tasks
 COMPLETION_LENGTH = 5
@@ -16,7 +24,7 @@ END_TOKEN = 8  # the variable-length task's end token (its vocabulary is 9)
 VARIABLE_LENGTH = 8
 
 TASKS = ("counting", "sparse", "variable")
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gae")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gae", "reinforce_pp")
 
 
 _VALIDATE: contextvars.ContextVar[bool] = contextvars.ContextVar("validate", default=True)
@@ -59,8 +67,10 @@ class CountingConfig:
     """DAPO's clip-higher upper range eps_high; None: clip-eps"""
     agg: Literal["token", "seq", "constant"] = "token"
     """loss aggregation: token (DAPO), seq (GRPO) or constant (Dr. GRPO: / (N * max length))"""
-    estimator: Literal["grpo", "dr_grpo", "rloo", "gae"] = "grpo"
-    """advantages: grpo (group std), dr_grpo (group mean), rloo, gae (PPO, a value head)"""
+    estimator: Literal["grpo", "dr_grpo", "rloo", "gae", "reinforce_pp"] = "grpo"
+    """advantages: grpo, dr_grpo, rloo, gae (PPO, a value head), reinforce_pp (batch-normed)"""
+    scale_rewards: Literal["group", "batch", "none"] | None = None
+    """TRL's scale_rewards for grpo/dr_grpo: std of the group, of the batch, or none"""
     gamma: float = 1.0
     """GAE's discount (estimator gae)"""
     lam: float = 0.95
@@ -71,6 +81,24 @@ class CountingConfig:
     """dual-clip bound c > 1 for negative advantages; None: off"""
     importance_level: Literal["token", "sequence"] = "token"
     """token ratios (PPO/GRPO) or sequence ratios (GSPO)"""
+    loss_mode: Literal["vanilla", "cispo", "sapo", "gpg"] = "vanilla"
+    """policy term: vanilla (clipped ratio), cispo, sapo (soft gate) or gpg (no ratio)"""
+    sapo_temperature_pos: float = 1.0
+    """SAPO's gate temperature where A > 0"""
+    sapo_temperature_neg: float = 1.05
+    """SAPO's gate temperature where A <= 0"""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """the KL term's per-token estimate (verl: kl, mse, low_var_kl)"""
+    entropy_coef: float = 0.0
+    """weight of the entropy bonus (verl's entropy_coeff), aggregated like the loss"""
+    top_entropy_quantile: float = 1.0
+    """TRL's: train the policy term on this share of highest-entropy tokens only"""
+    mask_truncated: bool = False
+    """variable task: completions without an end token contribute no loss (TRL's)"""
+    overlong_buffer: int | None = None
+    """variable task: DAPO's overlong penalty over the last this-many tokens; None: off"""
+    overlong_penalty: float = 1.0
+    """the overlong penalty at the length limit (verl's penalty_factor)"""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: sample oversample x the groups, keep those whose rewards vary"""
     oversample: int = 2
@@ -112,7 +140,47 @@ class CountingConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.estimator == "rloo" and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for estimator='rloo', got {self.group_size}")
+        for name, allowed in (("loss_mode", LOSS_MODES), ("kl_estimator", KL_ESTIMATORS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.scale_rewards is not None:
+            check_scale_rewards(self.scale_rewards)
+            if self.estimator not in ("grpo", "dr_grpo"):
+                raise ValueError(f"scale_rewards applies to estimator 'grpo' or 'dr_grpo', got "
+                                 f"estimator {self.estimator!r}")
+        if self.dual_clip is not None and self.loss_mode != "vanilla":
+            raise ValueError(f"dual_clip needs loss_mode 'vanilla', got {self.loss_mode!r}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            if not (getattr(self, name) > 0):
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not (self.entropy_coef >= 0):
+            raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef!r}")
+        if not (0 < self.top_entropy_quantile <= 1):
+            raise ValueError(f"top_entropy_quantile must lie in (0, 1], got "
+                             f"{self.top_entropy_quantile!r}")
+        if (self.mask_truncated or self.overlong_buffer is not None) and self.task != "variable":
+            raise ValueError("mask_truncated and overlong_buffer need task 'variable' (the task "
+                             f"whose completions can end early), got task {self.task!r}")
+        if self.overlong_buffer is not None:
+            check_overlong(self.length, self.overlong_buffer, self.overlong_penalty)
         return self
+
+    def loss_options(self) -> dict:
+        """The keyword arguments of ``grpo_loss`` this configuration trains with (the
+        same for both frameworks' trainers; ``entropy`` is passed by the trainer)."""
+        return dict(clip_eps=self.clip_eps, beta=self.beta, agg=self.agg,
+                    clip_eps_high=self.clip_eps_high, dual_clip=self.dual_clip,
+                    importance_level=self.importance_level, max_len=self.length,
+                    kl_estimator=self.kl_estimator, loss_mode=self.loss_mode,
+                    entropy_coef=self.entropy_coef,
+                    top_entropy_quantile=self.top_entropy_quantile,
+                    sapo_temperature_pos=self.sapo_temperature_pos,
+                    sapo_temperature_neg=self.sapo_temperature_neg)
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the loss needs the per-token entropy (a bonus, or the top quantile)."""
+        return self.entropy_coef != 0 or self.top_entropy_quantile < 1
 
     @property
     def vocab_size(self) -> int:

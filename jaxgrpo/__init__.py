@@ -1,6 +1,12 @@
 """jaxgrpo: the RL math of LLM post-training in JAX (see SPEC.md)."""
 
-from jaxgrpo.advantages import gae_advantages, group_advantages, rloo_advantages
+from jaxgrpo.advantages import (
+    gae_advantages,
+    group_advantages,
+    overlong_penalty,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
 from jaxgrpo.bandit import (
     exact_policy_gradient,
     expected_reward,
@@ -20,11 +26,14 @@ from jaxgrpo.counting import (
     token_entropy,
     torch_state_dict,
     train_counting,
+    training_signal,
 )
 from jaxgrpo.loss import (
     clip_metrics,
     grpo_loss,
+    high_entropy_mask,
     k3_kl,
+    kl_estimate,
     masked_mean,
     selective_log_softmax,
     value_loss,
@@ -39,12 +48,16 @@ __all__ = [
     "gae_advantages",
     "group_advantages",
     "grpo_loss",
+    "high_entropy_mask",
     "grpo_update",
     "k3_kl",
+    "kl_estimate",
     "load_torch_state_dict",
     "make_train",
     "masked_mean",
+    "overlong_penalty",
     "reinforce_gradient",
+    "reinforce_pp_advantages",
     "reinforce_gradients",
     "rloo_advantages",
     "rollout_metrics",
@@ -53,6 +66,7 @@ __all__ = [
     "selective_log_softmax",
     "task_reward",
     "token_entropy",
+    "training_signal",
     "torch_state_dict",
     "train_counting",
     "value_loss",

@@ -5,43 +5,108 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from grpospec import check_gae, check_group_rewards, check_rloo_rewards
+from grpospec import (
+    check_gae,
+    check_group_rewards,
+    check_overlong,
+    check_rloo_rewards,
+    check_scale_rewards,
+)
 from jaxgrpo._arrays import as_array, as_float_array
 
 
-def _group_advantages(rewards, std_norm, eps):
+def _group_advantages(rewards, scale, eps):
     centered = rewards - jnp.mean(rewards, axis=1, keepdims=True)
-    if std_norm:
+    if scale == "group":
         centered = centered / (jnp.std(rewards, axis=1, keepdims=True) + eps)  # population std
+    elif scale == "batch":
+        centered = centered / (jnp.std(rewards) + eps)  # one std over the whole batch
     all_equal = jnp.max(rewards, axis=1, keepdims=True) == jnp.min(rewards, axis=1, keepdims=True)
     return jnp.where(all_equal, 0.0, centered)
 
 
 # jit by assignment (not a decorator) so that the mutation tester mutates the bodies
-_group_advantages_jit = jax.jit(_group_advantages, static_argnames=("std_norm",))
+_group_advantages_jit = jax.jit(_group_advantages, static_argnames=("scale",))
 
 
-def group_advantages(rewards: jax.Array, std_norm: bool = True, eps: float = 1e-6) -> jax.Array:
+def group_advantages(rewards: jax.Array, std_norm: bool = True, eps: float = 1e-6,
+                     scale_rewards: str | None = None) -> jax.Array:
     """Per-group advantages: GRPO ``(r - mean) / (std + eps)`` or Dr. GRPO ``r - mean``.
 
     ``std`` is the population std (divide by G). A group whose rewards are all equal
     (G = 1 included) gets exactly zero advantages: it carries no learning signal.
-    ``std_norm`` is static.
+    ``scale_rewards`` (TRL's option) overrides ``std_norm``: ``"group"`` (GRPO, the
+    group's std), ``"batch"`` (the mean is still the group's, the std that of all B * G
+    rewards) or ``"none"`` (Dr. GRPO). Static.
 
     Args:
       rewards: shape (B, G), B prompts with G sampled completions each.
       std_norm: divide by the group std (GRPO) or not (Dr. GRPO).
       eps: added to the std.
+      scale_rewards: ``"group"``, ``"batch"``, ``"none"``, or ``None`` (from ``std_norm``).
     Returns:
       advantages, shape (B, G).
 
     >>> import jax.numpy as jnp
     >>> group_advantages(jnp.array([[1.0, 0.0, 0.0, 1.0]]), std_norm=False).tolist()
     [[0.5, -0.5, -0.5, 0.5]]
+    >>> # batch std of [1, 0, 1, 1] is sqrt(3) / 4: the varying group gets +-0.5 / 0.433
+    >>> a = group_advantages(jnp.array([[1.0, 0.0], [1.0, 1.0]]), scale_rewards="batch")
+    >>> [[round(v, 4) for v in row] for row in a.tolist()]
+    [[1.1547, -1.1547], [0.0, 0.0]]
     """
     rewards = as_float_array("rewards", rewards)
     check_group_rewards(rewards.shape, eps)
-    return _group_advantages_jit(rewards, bool(std_norm), jnp.asarray(eps, rewards.dtype))
+    scale = scale_rewards if scale_rewards is not None else ("group" if std_norm else "none")
+    check_scale_rewards(scale)
+    return _group_advantages_jit(rewards, scale, jnp.asarray(eps, rewards.dtype))
+
+
+def _reinforce_pp(rewards, eps):
+    centered = rewards - jnp.mean(rewards)
+    return jnp.where(jnp.max(rewards) == jnp.min(rewards), 0.0,
+                     centered / (jnp.std(rewards) + eps))
+
+
+_reinforce_pp_jit = jax.jit(_reinforce_pp)
+
+
+def reinforce_pp_advantages(rewards: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """REINFORCE++ (Hu et al.): no per-prompt baseline; the rewards of the whole batch are
+    normalised together, ``A = (r - mean_batch) / (std_batch + eps)`` (population std), so
+    a prompt the policy always solves still gets a positive advantage. A batch whose
+    rewards are all equal gets exactly zeros.
+
+    Args:
+      rewards: (B, G) or any shape; the batch is all of its entries.
+      eps: added to the std.
+    Returns:
+      advantages, the shape of ``rewards``.
+
+    >>> import jax.numpy as jnp
+    >>> a = reinforce_pp_advantages(jnp.array([[1.0, 1.0], [1.0, 0.0]]))  # (r - .75) / .433
+    >>> [[round(v, 4) for v in row] for row in a.tolist()]
+    [[0.5773, 0.5773], [0.5773, -1.732]]
+    """
+    rewards = as_float_array("rewards", rewards)
+    check_group_rewards(rewards.reshape(1, -1).shape, eps)
+    return _reinforce_pp_jit(rewards, jnp.asarray(eps, rewards.dtype))
+
+
+def overlong_penalty(lengths: jax.Array, max_len: int, buffer: int,
+                     penalty: float = 1.0) -> jax.Array:
+    """DAPO's soft overlong punishment (verl's ``overlong_buffer``), added to the reward:
+    0 up to ``max_len - buffer`` tokens, then falling linearly to ``-penalty`` at
+    ``max_len``: ``penalty * min(0, (max_len - buffer - length) / buffer)``, and
+    ``-penalty`` beyond ``max_len``.
+
+    >>> import jax.numpy as jnp
+    >>> overlong_penalty(jnp.array([4, 6, 7, 8]), max_len=8, buffer=4).tolist()
+    [0.0, -0.5, -0.75, -1.0]
+    """
+    check_overlong(max_len, buffer, penalty)
+    lengths = jnp.asarray(lengths, jnp.float32)
+    return penalty * jnp.clip((max_len - buffer - lengths) / buffer, -1.0, 0.0)
 
 
 def _rloo(rewards):

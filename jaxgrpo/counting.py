@@ -28,8 +28,14 @@ from grpospec import (
     CountingConfig,
     check_positive_int,
 )
-from jaxgrpo.advantages import gae_advantages, group_advantages, rloo_advantages
-from jaxgrpo.loss import clip_metrics, grpo_loss, k3_kl, masked_mean, value_loss
+from jaxgrpo.advantages import (
+    gae_advantages,
+    group_advantages,
+    overlong_penalty,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
+from jaxgrpo.loss import clip_metrics, grpo_loss, kl_estimate, masked_mean, value_loss
 
 
 class CounterPolicy(nnx.Module):
@@ -163,6 +169,23 @@ def task_reward(task: str, prompts: jax.Array, completions: jax.Array
     return rewards, jnp.ones((n, length), jnp.float32), correct, jnp.full((n,), length)
 
 
+def training_signal(cfg: CountingConfig, prompts: jax.Array, completions: jax.Array
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """What the update trains on: ``(rewards, response mask, loss mask, correct,
+    lengths)``. The task's reward plus DAPO's overlong penalty (``cfg.overlong_buffer``);
+    the loss mask is the response mask without the truncated completions (no end token)
+    when ``cfg.mask_truncated`` (TRL's ``mask_truncated_completions``)."""
+    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    if cfg.overlong_buffer is not None:
+        rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
+                                             cfg.overlong_penalty)
+    loss_mask = mask
+    if cfg.mask_truncated:
+        ended = jnp.any(completions == END_TOKEN, axis=1)
+        loss_mask = mask * ended[:, None]
+    return rewards, mask, loss_mask, correct, lengths
+
+
 def select_groups(grouped_rewards: jax.Array, n_keep: int) -> jax.Array:
     """Dynamic sampling's choice: indices (n_keep,) of the groups to train on.
 
@@ -211,9 +234,12 @@ def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions
     """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
     grouped = rewards.reshape(-1, cfg.group_size)
     if cfg.estimator in ("grpo", "dr_grpo"):
-        return group_advantages(grouped, std_norm=cfg.estimator == "grpo").reshape(-1), None
+        return group_advantages(grouped, std_norm=cfg.estimator == "grpo",
+                                scale_rewards=cfg.scale_rewards).reshape(-1), None
     if cfg.estimator == "rloo":
         return rloo_advantages(grouped).reshape(-1), None
+    if cfg.estimator == "reinforce_pp":
+        return reinforce_pp_advantages(rewards), None
     values = jax.lax.stop_gradient(policy.values(prompts, completions))
     terminal = jax.nn.one_hot(lengths - 1, mask.shape[1]) * rewards[:, None]
     adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
@@ -234,20 +260,23 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
     epoch, before its update.
     Same computation as ``torchref.grpo_update``.
     """
-    rewards, mask, _, lengths = task_reward(cfg.task, prompts, completions)
+    rewards, _, mask, _, lengths = training_signal(cfg, prompts, completions)
     adv, returns = _advantages(cfg, model, prompts, completions, rewards, mask, lengths)
     logp_old = jax.lax.stop_gradient(model.token_logprobs(prompts, completions))
     logp_ref = jax.lax.stop_gradient(ref_model.token_logprobs(prompts, completions))
 
     def loss_fn(model):
-        logp_new = model.token_logprobs(prompts, completions)
-        loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mask, cfg.clip_eps, cfg.beta,
-                         cfg.agg, cfg.clip_eps_high, cfg.dual_clip, cfg.importance_level,
-                         cfg.length)
+        table = model.logprob_table()
+        logp_new = gather_context(table, prompts, completions)
+        logp_new = jnp.take_along_axis(logp_new, completions[..., None], axis=-1)[..., 0]
+        entropy = (gather_context(token_entropy(table), prompts, completions)
+                   if cfg.needs_entropy else None)
+        loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mask, entropy=entropy,
+                         **cfg.loss_options())
         if returns is not None:
             loss = loss + cfg.vf_coef * value_loss(model.values(prompts, completions),
                                                    returns, mask)
-        return loss, (model.logprob_table(), logp_new)
+        return loss, (table, logp_new)
 
     graphdef, state = nnx.split((model, optimizer))
 
@@ -265,7 +294,7 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
     return {
         **clip_metrics(logp_new, logp_old, adv, mask, cfg.clip_eps, cfg.clip_eps_high,
                        cfg.importance_level, cfg.dual_clip),
-        "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
+        "kl": masked_mean(kl_estimate(logp_new, logp_ref, cfg.kl_estimator), mask),
         "entropy": masked_mean(entropy, mask),
         "loss": losses[-1],
     }
@@ -274,7 +303,7 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
 def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Array,
                     kept: jax.Array) -> dict[str, jax.Array]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
-    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    rewards, mask, _, correct, lengths = training_signal(cfg, prompts, completions)
     grouped = rewards.reshape(-1, cfg.group_size)
     zero_var = jnp.max(grouped, axis=1) == jnp.min(grouped, axis=1)
     lengths, c = lengths.astype(jnp.float32), correct.astype(jnp.float32)
@@ -371,7 +400,7 @@ def make_trainer(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | No
             prompts = jax.lax.with_sharding_constraint(prompts, batch_sharding)
         completions, _ = sample_completions(model, prompts, k_sample)
         if cfg.dynamic_sampling:
-            grouped = task_reward(cfg.task, prompts, completions)[0].reshape(-1, cfg.group_size)
+            grouped = training_signal(cfg, prompts, completions)[0].reshape(-1, cfg.group_size)
             kept = select_groups(grouped, cfg.n_prompts)
             rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
             batch_prompts, batch_completions = prompts[rows], completions[rows]

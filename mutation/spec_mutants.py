@@ -210,10 +210,11 @@ MUTANTS: tuple[SpecMutant, ...] = (
         "    log_ratio = new - old\n", "    log_ratio = old - new\n",
         "    log_ratio = new - old\n", "    log_ratio = old - new\n", "loss"), LOSS_TESTS),
     SpecMutant("kl-rewarded", "the KL term enters with the wrong sign (a bonus)", both(
-        "per_token = per_token + beta * k3_kl(new, ref)",
-        "per_token = per_token - beta * k3_kl(new, ref)",
-        "per_token = per_token + beta * k3_kl(new, ref)",
-        "per_token = per_token - beta * k3_kl(new, ref)", "loss"), LOSS_TESTS),
+        "per_token = per_token + beta * kl_estimate(new, ref, kl_estimator)",
+        "per_token = per_token - beta * kl_estimate(new, ref, kl_estimator)",
+        "per_token = per_token + beta * kl_estimate(new, ref, kl_estimator)",
+        "per_token = per_token - beta * kl_estimate(new, ref, kl_estimator)", "loss"),
+        LOSS_TESTS),
     SpecMutant("k3-wrong-direction", "k3 with d = new - ref (the estimator of the other "
                "KL direction)", both(
                    "d = logp_ref - logp_new\n    return jnp.exp(d)",
@@ -234,6 +235,89 @@ MUTANTS: tuple[SpecMutant, ...] = (
         "return picked - jax.nn.logsumexp(logits, axis=0)",
         "return picked - torch.logsumexp(logits, dim=-1)",
         "return picked - torch.logsumexp(logits, dim=0)", "loss"), LOSS_TESTS),
+    # ---- the second round of variants
+    SpecMutant("cispo-weight-not-constant", "CISPO's importance weight carries a gradient "
+               "(it is PPO without a clip, not CISPO)", both(
+                   "policy = -jax.lax.stop_gradient(jnp.minimum(ratio, 1 + eps_high)) * a * new",
+                   "policy = -jnp.minimum(ratio, 1 + eps_high) * a * new",
+                   "policy = -torch.clamp(ratio, max=1 + eps_high).detach() * a * new",
+                   "policy = -torch.clamp(ratio, max=1 + eps_high) * a * new", "loss"),
+               LOSS_TESTS),
+    SpecMutant("cispo-uncapped", "CISPO's weight is not truncated", both(
+        "jax.lax.stop_gradient(jnp.minimum(ratio, 1 + eps_high))",
+        "jax.lax.stop_gradient(ratio)",
+        "torch.clamp(ratio, max=1 + eps_high).detach()", "ratio.detach()", "loss"),
+        LOSS_TESTS),
+    SpecMutant("sapo-temperatures-swapped", "SAPO uses the negative-advantage temperature "
+               "where A > 0", both(
+                   "tau = jnp.where(a > 0, sapo_pos, sapo_neg)",
+                   "tau = jnp.where(a > 0, sapo_neg, sapo_pos)",
+                   "tau = torch.where(a > 0, torch.as_tensor(sapo_temperature_pos",
+                   "tau = torch.where(a <= 0, torch.as_tensor(sapo_temperature_pos", "loss"),
+               LOSS_TESTS),
+    SpecMutant("sapo-without-4-over-tau", "SAPO's gate without its 4 / tau scale (slope "
+               "tau / 4 at ratio 1, not 1)", both(
+                   "policy = -jax.nn.sigmoid(tau * (ratio - 1)) * 4 / tau * a",
+                   "policy = -jax.nn.sigmoid(tau * (ratio - 1)) * a",
+                   "policy = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a",
+                   "policy = -torch.sigmoid(tau * (ratio - 1)) * a", "loss"), LOSS_TESTS),
+    SpecMutant("top-entropy-keeps-the-lowest", "top_entropy_quantile keeps the lowest-entropy "
+               "tokens (the q quantile, not 1 - q)", both(
+                   "threshold = jnp.nanquantile(values, 1 - top_quantile)\n"
+                   "    return valid & (entropy >= threshold)",
+                   "threshold = jnp.nanquantile(values, top_quantile)\n"
+                   "    return valid & (entropy <= threshold)",
+                   "threshold = torch.quantile(entropy[valid], 1 - top_quantile)\n"
+                   "    return valid & (entropy >= threshold)",
+                   "threshold = torch.quantile(entropy[valid], top_quantile)\n"
+                   "    return valid & (entropy <= threshold)", "loss"), LOSS_TESTS),
+    SpecMutant("entropy-bonus-penalises", "the entropy bonus enters with the wrong sign", both(
+        "per_token = per_token - entropy_coef * bonus",
+        "per_token = per_token + entropy_coef * bonus",
+        "per_token = per_token - entropy_coef * bonus",
+        "per_token = per_token + entropy_coef * bonus", "loss"), LOSS_TESTS),
+    SpecMutant("tis-weight-inverted", "the TIS weight is exp(sampler - old)", both(
+        "policy = policy * jnp.minimum(jnp.exp(gap), tis_cap)",
+        "policy = policy * jnp.minimum(jnp.exp(-gap), tis_cap)",
+        "policy = policy * torch.clamp(torch.exp(gap), max=tis_cap)",
+        "policy = policy * torch.clamp(torch.exp(-gap), max=tis_cap)", "loss"), LOSS_TESTS),
+    SpecMutant("tis-not-truncated", "TIS weights are not capped", both(
+        "policy = policy * jnp.minimum(jnp.exp(gap), tis_cap)", "policy = policy * jnp.exp(gap)",
+        "policy = policy * torch.clamp(torch.exp(gap), max=tis_cap)",
+        "policy = policy * torch.exp(gap)", "loss"), LOSS_TESTS),
+    SpecMutant("k2-without-half", "k2 = r^2 instead of r^2 / 2", both(
+        "return 0.5 * r**2", "return r**2", "return 0.5 * r**2", "return r**2", "loss"),
+        LOSS_TESTS),
+    SpecMutant("k1-sign", "k1 = ref - new", both(
+        "    r = logp_new - logp_ref\n    if kind", "    r = logp_ref - logp_new\n    if kind",
+        "    r = logp_new - logp_ref\n    if kind", "    r = logp_ref - logp_new\n    if kind",
+        "loss"), LOSS_TESTS),
+    SpecMutant("batch-scaling-uses-group-std", "scale_rewards='batch' divides by the group's "
+               "std", both(
+                   "centered = centered / (jnp.std(rewards) + eps)  # one std over",
+                   "centered = centered / (jnp.std(rewards, axis=1, keepdims=True) + eps)  #",
+                   "centered = centered / (rewards.std(unbiased=False) + eps)\n",
+                   "centered = centered / (rewards.std(dim=1, unbiased=False, keepdim=True) + "
+                   "eps)\n", "advantages"), ADV_TESTS),
+    SpecMutant("reinforce-pp-group-baseline", "REINFORCE++ subtracts the group's mean, not "
+               "the batch's", both(
+                   "centered = rewards - jnp.mean(rewards)\n",
+                   "centered = rewards - jnp.mean(rewards, axis=-1, keepdims=True)\n",
+                   "return (rewards - rewards.mean()) / (rewards.std(unbiased=False) + eps)",
+                   "return (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std("
+                   "unbiased=False) + eps)", "advantages"), ADV_TESTS),
+    SpecMutant("overlong-ramp-from-the-limit", "the overlong penalty's ramp ignores the "
+               "buffer start (starts at max_len)", both(
+                   "jnp.clip((max_len - buffer - lengths) / buffer, -1.0, 0.0)",
+                   "jnp.clip((max_len - lengths) / buffer, -1.0, 0.0)",
+                   "torch.clamp((max_len - buffer - lengths) / buffer, -1.0, 0.0)",
+                   "torch.clamp((max_len - lengths) / buffer, -1.0, 0.0)", "advantages"),
+               ADV_TESTS),
+    SpecMutant("mask-truncated-inverted", "mask_truncated drops the completions that ended",
+               both("loss_mask = mask * ended[:, None]", "loss_mask = mask * ~ended[:, None]",
+                    "loss_mask = mask * ended[:, None].float()",
+                    "loss_mask = mask * (~ended)[:, None].float()", "counting"),
+               COUNTING_TESTS),
     # ---- the counting task, its trainer and dynamic sampling
     SpecMutant("ds-keeps-zero-variance-first", "dynamic sampling puts the zero-variance "
                "groups first", both(

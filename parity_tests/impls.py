@@ -54,30 +54,37 @@ class Impl:
         return np.asarray(y)
 
     def loss_and_grad(self, logp_new, logp_old, logp_ref, adv, mask, dtype=np.float32, **kw):
-        """The GRPO loss and its gradient wrt ``logp_new``, both as NumPy."""
-        args = [self.array(a, dtype) for a in (logp_new, logp_old, logp_ref, adv, mask)]
-        if self.name == "jax":
-            value, grad = _jax_value_and_grad(tuple(sorted(kw.items())), 0)(*args)
-            return float(value), np.asarray(grad)
-        x = args[0].requires_grad_(True)
-        value = self.mod.grpo_loss(x, *args[1:], **kw)
-        value.backward()
-        return float(value.detach()), x.grad.numpy()
+        """The GRPO loss and its gradient wrt ``logp_new``, both as NumPy. ``kw`` are
+        ``grpo_loss``'s options; its array options (``entropy``, ``logp_sampler``) may be
+        NumPy arrays."""
+        value, grads = self.loss_and_grads(logp_new, logp_old, logp_ref, adv, mask, dtype,
+                                           _wrt=(0,), **kw)
+        return value, grads[0]
 
-    def loss_and_grads(self, logp_new, logp_old, logp_ref, adv, mask, dtype=np.float64, **kw):
-        """The GRPO loss and its gradients wrt ``logp_new``, ``logp_old``, ``logp_ref`` and
-        ``adv``, as NumPy (``None`` for an input no gradient reaches at all: torch's
-        ``.grad`` of a detached input)."""
-        args = [self.array(a, dtype) for a in (logp_new, logp_old, logp_ref, adv, mask)]
+    def loss_and_grads(self, logp_new, logp_old, logp_ref, adv, mask, dtype=np.float64,
+                       _wrt=(0, 1, 2, 3, 5), **kw):
+        """The GRPO loss and its gradients wrt ``logp_new``, ``logp_old``, ``logp_ref``,
+        ``adv`` and (when given) ``entropy``, as NumPy; ``None`` for an input no gradient
+        reaches at all (torch's ``.grad`` of a detached input) or that was not given."""
+        extra = {k: kw.pop(k) for k in ARRAY_OPTIONS if kw.get(k) is not None}
+        kw = {k: v for k, v in kw.items() if k not in ARRAY_OPTIONS}
+        inputs = [logp_new, logp_old, logp_ref, adv, mask, extra.get("entropy"),
+                  extra.get("logp_sampler")]
+        args = [None if a is None else self.array(a, dtype) for a in inputs]
+        wrt = tuple(i for i in _wrt if args[i] is not None)
         if self.name == "jax":
-            value, grads = _jax_value_and_grad(tuple(sorted(kw.items())), (0, 1, 2, 3))(*args)
-            return float(value), [np.asarray(g) for g in grads]
-        for a in args[:4]:
-            a.requires_grad_(True)
-        value = self.mod.grpo_loss(*args, **kw)
+            present = tuple(a is not None for a in args)
+            value, grads = _jax_value_and_grad(tuple(sorted(kw.items())), wrt, present)(
+                *[a for a in args if a is not None])
+            by_index = dict(zip(wrt, grads, strict=True))
+            return float(value), [None if by_index.get(i) is None else np.asarray(by_index[i])
+                                  for i in _wrt]
+        for i in wrt:
+            args[i].requires_grad_(True)
+        value = self.mod.grpo_loss(*args[:5], entropy=args[5], logp_sampler=args[6], **kw)
         value.backward()
-        return float(value.detach()), [None if a.grad is None else a.grad.numpy()
-                                       for a in args[:4]]
+        return float(value.detach()), [None if args[i] is None or args[i].grad is None
+                                       else args[i].grad.numpy() for i in _wrt]
 
     def clip_metrics(self, logp_new, logp_old, adv, mask, dtype=np.float64, **kw):
         """``clip_metrics`` as ``{name: float}``."""
@@ -92,21 +99,28 @@ class Impl:
         return reinforce_estimates(self.name, theta, rewards, n, baseline, repeats, seed)
 
 
+ARRAY_OPTIONS = ("entropy", "logp_sampler")
+
+
 @functools.cache
-def _jax_value_and_grad(kw_items: tuple, argnums):
+def _jax_value_and_grad(kw_items: tuple, argnums: tuple, present: tuple):
     """``jax.jit(jax.value_and_grad(grpo_loss))`` for one set of options (all static, as a
     user's Python numbers are: a Python ``beta == 0`` drops the KL term statically), so
-    each input shape compiles once, value and gradient together."""
+    each input shape compiles once, value and gradients together. ``present``: which of
+    (new, old, ref, adv, mask, entropy, logp_sampler) are passed."""
     import jax
 
     import jaxgrpo
 
     kw = dict(kw_items)
+    slots = [i for i, p in enumerate(present) if p]
 
-    def loss(new, old, ref, adv, mask):
-        return jaxgrpo.grpo_loss(new, old, ref, adv, mask, **kw)
+    def loss(*given):
+        full = dict(zip(slots, given, strict=True))
+        return jaxgrpo.grpo_loss(*(full[i] for i in range(5)), entropy=full.get(5),
+                                 logp_sampler=full.get(6), **kw)
 
-    vg = jax.value_and_grad(loss, argnums=argnums)
+    vg = jax.value_and_grad(loss, argnums=tuple(slots.index(i) for i in argnums))
     return jax.jit(lambda *args: vg(*args))
 
 

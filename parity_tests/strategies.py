@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from grpospec import AGG_MODES, IMPORTANCE_LEVELS
+from grpospec import AGG_MODES, IMPORTANCE_LEVELS, KL_ESTIMATORS, LOSS_MODES
 
 logprob_values = st.floats(-6.0, 0.0, allow_nan=False, width=64)
 class LossInputs(NamedTuple):
@@ -43,18 +43,49 @@ def masks(draw, n: int, t: int, *, equal_lengths: bool = False) -> np.ndarray:
 
 
 @st.composite
-def loss_kwargs(draw, t: int) -> dict:
-    """Every option of ``grpo_loss``, variants included (``t``: the batch's T)."""
+def loss_kwargs(draw, shape: tuple[int, int], logp_old: np.ndarray) -> dict:
+    """Every option of ``grpo_loss``, variants included, for a batch of ``shape``: the
+    loss modes (dual-clip with the vanilla one), the KL estimators, an entropy bonus and
+    the top-entropy quantile (with a drawn ``entropy``), truncated importance sampling
+    (with a drawn ``logp_sampler`` near ``logp_old``)."""
     clip_eps = draw(st.sampled_from([0.1, 0.2, 0.3]))
-    return dict(
+    loss_mode = draw(st.sampled_from(["vanilla", "vanilla", *LOSS_MODES[1:]]))
+    kw = dict(
         clip_eps=clip_eps,
         beta=draw(st.sampled_from([0.0, 0.01, 0.1])),
         agg=draw(st.sampled_from(AGG_MODES)),
         clip_eps_high=draw(st.sampled_from([None, clip_eps + 0.08])),
-        dual_clip=draw(st.sampled_from([None, 1.5, 3.0])),
+        dual_clip=draw(st.sampled_from([None, 1.5, 3.0])) if loss_mode == "vanilla" else None,
         importance_level=draw(st.sampled_from(IMPORTANCE_LEVELS)),
-        max_len=draw(st.sampled_from([None, t + 3])),
+        max_len=draw(st.sampled_from([None, shape[1] + 3])),
+        kl_estimator=draw(st.sampled_from(KL_ESTIMATORS)),
+        loss_mode=loss_mode,
     )
+    if loss_mode == "sapo":
+        kw["sapo_temperature_pos"] = draw(st.sampled_from([1.0, 2.0]))
+        kw["sapo_temperature_neg"] = draw(st.sampled_from([1.05, 3.0]))
+    entropy_coef = draw(st.sampled_from([0.0, 0.0, 0.05]))
+    top_q = draw(st.sampled_from([1.0, 1.0, 0.5]))
+    if entropy_coef or top_q < 1:
+        kw.update(entropy_coef=entropy_coef, top_entropy_quantile=top_q, entropy=draw(
+            hnp.arrays(np.float64, shape, elements=st.floats(0.0, 3.0, width=64))))
+    if draw(st.sampled_from([False, False, True])):
+        gap = draw(hnp.arrays(np.float64, shape, elements=st.floats(-0.7, 0.7, width=64)))
+        kw.update(tis_cap=draw(st.sampled_from([1.5, 3.0])), logp_sampler=logp_old - gap)
+    return kw
+
+
+#: The options that change the policy term away from PPO's clipped surrogate.
+VARIANT_OPTIONS = ("loss_mode", "entropy", "entropy_coef", "top_entropy_quantile",
+                   "logp_sampler", "tis_cap", "sapo_temperature_pos", "sapo_temperature_neg")
+
+
+def vanilla(kwargs: dict) -> dict:
+    """``kwargs`` with the clipped surrogate as the whole policy term (no CISPO/SAPO/GPG,
+    no entropy bonus or top quantile, no importance-sampling correction), for the truths
+    that are about PPO's clip; the KL estimator is set back to k3."""
+    return {**{k: v for k, v in kwargs.items() if k not in VARIANT_OPTIONS},
+            "kl_estimator": "k3"}
 
 
 @st.composite
@@ -89,7 +120,7 @@ def loss_inputs(draw, *, max_n: int = 5, max_t: int = 7, equal_lengths: bool = F
     sign = draw(hnp.arrays(np.float64, adv_shape, elements=st.sampled_from([-1.0, 1.0])))
     mask = draw(masks(n, t, equal_lengths=equal_lengths))
     return LossInputs(logp_new, logp_old, logp_ref, magnitude * sign, mask,
-                      draw(loss_kwargs(t)))
+                      draw(loss_kwargs((n, t), logp_old)))
 
 
 def token_ratio(x: LossInputs) -> np.ndarray:
@@ -115,7 +146,16 @@ def loss_regions(x: LossInputs) -> set[str]:
     r = token_ratio(x)
     a = np.broadcast_to(x.adv[:, None] if x.adv.ndim == 1 else x.adv, r.shape)
     v = x.mask != 0
-    out = set()
+    out = {f"loss_mode:{kw.get('loss_mode', 'vanilla')}",
+           f"kl:{kw.get('kl_estimator', 'k3')}"}
+    if kw.get("entropy_coef", 0):
+        out.add("entropy_bonus")
+    if kw.get("top_entropy_quantile", 1.0) < 1:
+        out.add("top_entropy")
+    if kw.get("tis_cap") is not None:
+        out.add("tis")
+    if kw.get("loss_mode", "vanilla") != "vanilla":  # the clip regions are PPO's
+        return out | _other_regions(x, kw)
     inside = (r >= 1 - eps) & (r <= high)
     if np.any(v & inside):
         out.add("inside")
@@ -127,11 +167,16 @@ def loss_regions(x: LossInputs) -> set[str]:
         out.add("outside_unclipped")
     if kw.get("dual_clip") is not None and np.any(v & (a < 0) & (r > kw["dual_clip"])):
         out.add("dual_clip")
+    return out | _other_regions(x, kw)
+
+
+def _other_regions(x: LossInputs, kw: dict) -> set[str]:
+    out = set()
     if kw.get("importance_level") == "sequence":
         out.add("sequence_level")
     if x.adv.ndim == 2:
         out.add("per_token_adv")
-    if np.any(~v):
+    if np.any(x.mask == 0):
         out.add("masked")
     if kw.get("beta", 0) > 0:
         out.add("kl")
@@ -140,7 +185,9 @@ def loss_regions(x: LossInputs) -> set[str]:
 
 #: The regions the loss strategies must reach within a test run (``assert_covers``).
 LOSS_REGIONS = ("inside", "clipped_high", "clipped_low", "outside_unclipped", "dual_clip",
-                "sequence_level", "per_token_adv", "masked", "kl")
+                "sequence_level", "per_token_adv", "masked", "kl", "loss_mode:vanilla",
+                "loss_mode:cispo", "loss_mode:sapo", "loss_mode:gpg", "kl:k1", "kl:k2", "kl:k3",
+                "entropy_bonus", "top_entropy", "tis")
 
 
 def assert_reaches(seen: set[str], required) -> None:

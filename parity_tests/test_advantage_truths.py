@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from parity_tests.strategies import gae_inputs
 
@@ -87,3 +88,41 @@ def test_gae_limits_are_monte_carlo_and_one_step_td(impl, inputs):
                                    rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(ret1, np.where(valid, adv1 + values, 0.0), rtol=1e-9, atol=1e-9)
     assert np.all(adv1[~valid] == 0) and np.all(adv0[~valid] == 0)
+
+
+def test_batch_reward_scaling_by_hand(impl):
+    """TRL's scale_rewards="batch": the group's mean, one std for the whole batch. Rewards
+    [[1, 0], [1, 1]]: centred (0.5, -0.5, 0, 0); the population std of (1, 0, 1, 1) is
+    sqrt(3)/4 = 0.4330: advantages +-1.1547, and exact zeros for the equal group;
+    "none" keeps +-0.5, "group" gives +-1."""
+    rewards = [[1.0, 0.0], [1.0, 1.0]]
+    batch = _adv(impl, "group_advantages", rewards, scale_rewards="batch", eps=0.0)
+    np.testing.assert_allclose(batch, [[2 / np.sqrt(3), -2 / np.sqrt(3)], [0, 0]], rtol=1e-12)
+    np.testing.assert_allclose(_adv(impl, "group_advantages", rewards, scale_rewards="none"),
+                               [[0.5, -0.5], [0, 0]], rtol=1e-12)
+    np.testing.assert_allclose(_adv(impl, "group_advantages", rewards, scale_rewards="group",
+                                    eps=0.0), [[1, -1], [0, 0]], rtol=1e-12)
+
+
+@given(st.lists(st.floats(-5, 5, width=64), min_size=2, max_size=24).filter(
+    lambda r: np.std(r) > 1e-3))
+def test_reinforce_pp_normalises_the_whole_batch(impl, rewards):
+    """REINFORCE++: mean 0 and population std 1 over the whole batch (no per-group
+    baseline), the order of the rewards kept."""
+    r = np.asarray(rewards).reshape(1, -1)
+    adv = _adv(impl, "reinforce_pp_advantages", r, eps=0.0)
+    np.testing.assert_allclose(adv.mean(), 0.0, atol=1e-9)
+    np.testing.assert_allclose(adv.std(), 1.0, rtol=1e-9)
+    np.testing.assert_allclose(adv, (r - r.mean()) / r.std(), rtol=1e-9, atol=1e-9)
+
+
+def test_reinforce_pp_of_equal_rewards_is_exactly_zero(impl):
+    assert np.all(_adv(impl, "reinforce_pp_advantages", [[0.1, 0.1], [0.1, 0.1]]) == 0)
+
+
+def test_overlong_penalty_by_hand(impl):
+    """DAPO, max 8 tokens, buffer 4, penalty 0.5: nothing up to 4 tokens, then -0.5 (L - 4)
+    / 4: 5 -> -0.125, 8 -> -0.5; beyond the limit -0.5."""
+    got = impl.numpy(impl.mod.overlong_penalty(impl.array([1, 4, 5, 8, 9], np.int64), 8, 4,
+                                               0.5))
+    np.testing.assert_allclose(got, [0, 0, -0.125, -0.5, -0.5], rtol=1e-6)

@@ -140,6 +140,16 @@ VARIANTS = {
                               learning_rate=0.2),
     "sparse": CountingConfig(task="sparse", learning_rate=0.2),
     "variable-seq": CountingConfig(task="variable", agg="seq", learning_rate=0.2),
+    "cispo-k2-batchscale": CountingConfig(loss_mode="cispo", kl_estimator="k2", beta=0.1,
+                                          scale_rewards="batch", learning_rate=0.2),
+    "sapo-k1-entropy": CountingConfig(loss_mode="sapo", kl_estimator="k1", beta=0.05,
+                                      entropy_coef=0.05, top_entropy_quantile=0.5,
+                                      learning_rate=0.2),
+    "gpg-reinforcepp": CountingConfig(loss_mode="gpg", estimator="reinforce_pp",
+                                      learning_rate=0.2),
+    "variable-overlong-masktrunc": CountingConfig(task="variable", mask_truncated=True,
+                                                  overlong_buffer=3, overlong_penalty=0.5,
+                                                  learning_rate=0.2),
 }
 
 

@@ -85,3 +85,20 @@ def test_the_kl_reference_stays_the_initial_policy(impl_name):
 
     kl = np.asarray(IMPLS[impl_name].mod.train_counting(seed=0, steps=40)["kl"])
     assert kl[-5:].mean() > 0.5, kl[-5:]
+
+
+def test_training_signal_overlong_penalty_and_truncation_mask_by_hand(impl):
+    """The variable task (8 tokens, end token 8), overlong buffer 4, penalty 1: a correct
+    answer ending at length 2 keeps reward 1; one ending at length 6 loses 0.5; a truncated
+    one (no end token) gets -1 and, with mask_truncated, no loss at all."""
+    cfg = CountingConfig(task="variable", overlong_buffer=4, mask_truncated=True)
+    prompts = np.array([3, 3, 3])
+    completions = np.array([[4, 8, 0, 0, 0, 0, 0, 0],
+                            [4, 1, 1, 1, 1, 8, 0, 0],
+                            [4, 1, 1, 1, 1, 1, 1, 1]])
+    dt = np.int32 if impl.name == "jax" else np.int64
+    rewards, mask, loss_mask, correct, lengths = impl.mod.training_signal(
+        cfg, impl.array(prompts, dt), impl.array(completions, dt))
+    np.testing.assert_allclose(impl.numpy(rewards), [1.0, 0.5, -1.0])
+    np.testing.assert_array_equal(impl.numpy(mask).sum(1), [2, 6, 8])
+    np.testing.assert_array_equal(impl.numpy(loss_mask).sum(1), [2, 6, 0])

@@ -126,7 +126,8 @@ def test_masks_of_any_numeric_dtype_mean_the_same(impl):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"estimator": "ppo"}, r"estimator must be one of \('grpo', 'dr_grpo', 'rloo', 'gae'\)"),
+    ({"estimator": "ppo"}, r"estimator must be one of \('grpo', 'dr_grpo', 'rloo', 'gae', "
+     r"'reinforce_pp'\)"),
     ({"task": "adding"}, r"task must be one of"),
     ({"estimator": "rloo", "group_size": 1}, r"group_size must be >= 2 for estimator='rloo'"),
     ({"oversample": 0}, r"oversample must be an int >= 1"),
@@ -137,3 +138,35 @@ def test_masks_of_any_numeric_dtype_mean_the_same(impl):
 def test_bad_training_options_get_clear_errors(impl, kwargs, match):
     with pytest.raises(ValueError, match=match):
         impl.mod.train_counting(steps=1, **kwargs)
+
+
+NEW_CASES = {
+    "loss_mode": (dict(loss_mode="ppo"), r"loss_mode must be one of"),
+    "kl_estimator": (dict(kl_estimator="k4"), r"kl_estimator must be one of"),
+    "dual-clip-cispo": (dict(loss_mode="cispo", dual_clip=2.0), r"dual_clip .* needs loss_mode"),
+    "entropy-missing": (dict(entropy_coef=0.1), r"entropy \(N, T\), the per-token entropy"),
+    "top-q-range": (dict(top_entropy_quantile=0.0), r"top_entropy_quantile must lie in"),
+    "entropy-coef-neg": (dict(entropy_coef=-1.0, entropy=np.zeros((2, 3))),
+                         r"entropy_coef must be a finite number >= 0"),
+    "entropy-shape": (dict(entropy_coef=0.1, entropy=np.zeros((2, 4))),
+                      r"entropy must have the shape of logp_new"),
+    "tis-no-sampler": (dict(tis_cap=2.0), r"tis_cap needs logp_sampler"),
+    "tis-small": (dict(tis_cap=0.5, logp_sampler=np.zeros((2, 3))), r"tis_cap must be"),
+    "sapo-temp": (dict(loss_mode="sapo", sapo_temperature_neg=0.0),
+                  r"sapo_temperature_neg must be a finite number > 0"),
+}
+
+
+@pytest.mark.parametrize("case_id", list(NEW_CASES))
+def test_the_second_round_of_options_gets_clear_errors(impl, case_id):
+    kw, match = NEW_CASES[case_id]
+    kw = {k: impl.array(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+    with pytest.raises(ValueError, match=match):
+        impl.mod.grpo_loss(*(impl.array(a) for a in (Z23, Z23, Z23, Z2, ONES23)), **kw)
+
+
+def test_scale_rewards_and_overlong_options_get_clear_errors(impl):
+    with pytest.raises(ValueError, match="scale_rewards must be one of"):
+        impl.mod.group_advantages(impl.array(np.zeros((2, 2))), scale_rewards="global")
+    with pytest.raises(ValueError, match="overlong_buffer must be <= the maximum length"):
+        impl.mod.overlong_penalty(impl.array([1.0]), 4, 5)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from parity_tests.strategies import (
@@ -23,6 +23,7 @@ from parity_tests.strategies import (
     loss_inputs,
     note_regions,
     token_ratio,
+    vanilla,
 )
 
 
@@ -56,6 +57,7 @@ def test_loss_strategy_reaches_every_region():
     clipped objective (inside the band, each clip, the dual-clip bound, ...)."""
     seen: set[str] = set()
 
+    @settings(max_examples=max(200, settings().max_examples))
     @given(loss_inputs())
     def draw(x):
         note_regions(x, seen)
@@ -71,6 +73,9 @@ def test_gradient_matches_finite_differences(impl):
 
     @given(loss_inputs(max_n=3, max_t=4))
     def check(x):
+        # CISPO's weight is a constant by design (stop-gradient): its gradient is not the
+        # derivative of its value; test_cispo_gradient_is_the_closed_form pins it
+        assume(x.kwargs["loss_mode"] != "cispo")
         assume(_distance_to_kinks(x) > 1e-3)
         note_regions(x, seen)
         args = (x.logp_old, x.logp_ref, x.adv, x.mask)
@@ -88,7 +93,9 @@ def test_gradient_matches_finite_differences(impl):
 
     check()
     assert_reaches(seen, ("inside", "clipped_high", "clipped_low", "dual_clip",
-                          "sequence_level", "per_token_adv", "kl"))
+                          "sequence_level", "per_token_adv", "kl", "loss_mode:sapo",
+                          "loss_mode:gpg", "kl:k1", "kl:k2", "entropy_bonus", "top_entropy",
+                          "tis"))
 
 
 @given(loss_inputs())
@@ -97,8 +104,9 @@ def test_no_gradient_flows_into_old_ref_or_adv(impl, x):
     are exactly 0 (torch: no gradient reaches them at all)."""
     regions = note_regions(x)
     _, grads = impl.loss_and_grads(x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask,
-                                   **{**x.kwargs, "beta": 0.1})
-    for name, g in zip(("logp_old", "logp_ref", "adv"), grads[1:], strict=True):
+                                   _wrt=(0, 1, 2, 3, 6), **{**x.kwargs, "beta": 0.1})
+    for name, g in zip(("logp_old", "logp_ref", "adv", "logp_sampler"), grads[1:],
+                       strict=True):
         assert g is None or np.all(g == 0), f"a gradient flows into {name}"
     if "inside" in regions and x.kwargs["importance_level"] == "token":
         assert np.any(grads[0] != 0)  # while the loss does depend on logp_new
@@ -115,7 +123,7 @@ def test_gspo_gradient_is_the_closed_form(impl, agg):
     @given(loss_inputs())
     def check(x):
         adv = x.adv if x.adv.ndim == 1 else x.adv[:, 0]
-        kw = {**x.kwargs, "importance_level": "sequence", "beta": 0.0, "agg": agg,
+        kw = {**vanilla(x.kwargs), "importance_level": "sequence", "beta": 0.0, "agg": agg,
               "dual_clip": None}
         x = x._replace(adv=adv, kwargs=kw)
         assume(_distance_to_kinks(x) > 1e-6)
@@ -161,7 +169,7 @@ def test_dual_clip_by_hand(impl):
 def test_dual_clip_bounds_every_negative_token(impl, x, c):
     """With dual_clip = c, a token with A < 0 and ratio > c contributes exactly -c A and no
     gradient; every other token is as without dual-clip."""
-    kw = {**x.kwargs, "beta": 0.0, "agg": "token", "importance_level": "token"}
+    kw = {**vanilla(x.kwargs), "beta": 0.0, "agg": "token", "importance_level": "token"}
     x = x._replace(kwargs={**kw, "dual_clip": c})
     args = (x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask)
     base, g_base = impl.loss_and_grad(*args, dtype=np.float64, **{**kw, "dual_clip": None})
@@ -273,7 +281,7 @@ def test_clip_metrics_count_exactly_the_tokens_without_gradient(impl, x):
     """A valid token (A != 0) gets zero loss gradient exactly where a clip or the dual-clip
     bound binds: ``region_mean + pg_clipfrac_lower`` is the share of valid tokens whose
     gradient is 0, for token- and sequence-level ratios alike (beta = 0, agg token)."""
-    kw = {**x.kwargs, "beta": 0.0, "agg": "token"}
+    kw = {**vanilla(x.kwargs), "beta": 0.0, "agg": "token"}
     if kw["importance_level"] == "sequence" and x.adv.ndim == 2:
         # a sequence ratio with per-token advantages mixes the tokens' terms in one
         # gradient; the one-advantage-per-sequence case is GSPO's
@@ -330,3 +338,137 @@ def test_selective_log_softmax_is_a_normalised_log_probability(impl):
     np.testing.assert_allclose(np.exp(out).sum(-1), 1.0, rtol=1e-5)
     lse = np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(out, logits - lse, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the second round of variants
+
+
+def _per_token(x, adv):
+    return np.broadcast_to(adv[:, None] if adv.ndim == 1 else adv, x.mask.shape)
+
+
+@given(loss_inputs())
+def test_cispo_gradient_is_the_clipped_weight_times_the_advantage(impl, x):
+    """CISPO: d loss / d new_t = -min(ratio_t, 1 + eps_high) A_t / n_tokens at every valid
+    token (agg token, beta 0): the weight is a constant, so unlike PPO's clip no token's
+    gradient is 0 however far its ratio goes."""
+    kw = {**vanilla(x.kwargs), "loss_mode": "cispo", "beta": 0.0, "agg": "token",
+          "dual_clip": None}
+    x = x._replace(kwargs=kw)
+    note_regions(x)
+    _, grad = impl.loss_and_grad(x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                 dtype=np.float64, **kw)
+    high = 1 + (kw["clip_eps_high"] or kw["clip_eps"])
+    weight = np.minimum(token_ratio(x), high)
+    expected = np.where(x.mask != 0, -weight * _per_token(x, x.adv) / x.mask.sum(), 0.0)
+    np.testing.assert_allclose(grad, expected, rtol=1e-9, atol=1e-12)
+    assert np.all(grad[x.mask != 0] != 0)
+
+
+@given(loss_inputs())
+def test_sapo_gradient_is_the_soft_gate_derivative(impl, x):
+    """SAPO, token ratios: d loss / d new_t = -4 s (1 - s) ratio_t A_t / n_tokens with
+    s = sigmoid(tau (ratio_t - 1)) (tau by A's sign). At ratio 1 it is -A / n_tokens,
+    vanilla PPO's gradient inside the band."""
+    kw = {**vanilla(x.kwargs), "loss_mode": "sapo", "beta": 0.0, "agg": "token",
+          "dual_clip": None, "importance_level": "token", "sapo_temperature_pos": 1.5,
+          "sapo_temperature_neg": 3.0}
+    x = x._replace(kwargs=kw)
+    _, grad = impl.loss_and_grad(x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                 dtype=np.float64, **kw)
+    a, r = _per_token(x, x.adv), token_ratio(x)
+    tau = np.where(a > 0, 1.5, 3.0)
+    gate = 1 / (1 + np.exp(-tau * (r - 1)))
+    expected = np.where(x.mask != 0, -4 * gate * (1 - gate) * r * a / x.mask.sum(), 0.0)
+    np.testing.assert_allclose(grad, expected, rtol=1e-9, atol=1e-12)
+    same = x.logp_old  # ratio 1 everywhere
+    _, at_one = impl.loss_and_grad(same, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                   dtype=np.float64, **kw)
+    _, ppo = impl.loss_and_grad(same, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                dtype=np.float64, **{**kw, "loss_mode": "vanilla"})
+    np.testing.assert_allclose(at_one, ppo, rtol=1e-12, atol=1e-15)
+
+
+def test_gpg_and_cispo_by_hand(impl):
+    """Two tokens, new = (-1, -2), old = (-1.5, -2), A = +1: GPG's loss is -mean(new) =
+    1.5 and its gradient -1/2 per token; CISPO weights token 0 by min(e^0.5, 1.2) = 1.2:
+    loss -(1.2 * -1 + 1 * -2) / 2 = 1.6, gradient (-0.6, -0.5)."""
+    new, old = np.array([[-1.0, -2.0]]), np.array([[-1.5, -2.0]])
+    one, mask = np.ones(1), np.ones((1, 2))
+    loss, grad = impl.loss_and_grad(new, old, old, one, mask, dtype=np.float64,
+                                    loss_mode="gpg")
+    assert loss == pytest.approx(1.5) and grad.tolist() == [[-0.5, -0.5]]
+    loss, grad = impl.loss_and_grad(new, old, old, one, mask, dtype=np.float64,
+                                    loss_mode="cispo")
+    assert loss == pytest.approx(1.6)
+    np.testing.assert_allclose(grad, [[-0.6, -0.5]], rtol=1e-12)
+
+
+def test_top_entropy_quantile_trains_only_the_high_entropy_tokens_by_hand(impl):
+    """Entropies (0.1, 2, 1) on three valid tokens, q = 0.5: the median is 1, so tokens 1
+    and 2 carry the policy term: loss -(0 + 1 + 1) / 3 at ratio 1, A = 1 (the normaliser
+    is still every valid token, as TRL's); token 0's gradient is 0."""
+    lp, mask = np.zeros((1, 4)), np.array([[1.0, 1.0, 1.0, 0.0]])
+    entropy = np.array([[0.1, 2.0, 1.0, 9.0]])
+    loss, grad = impl.loss_and_grad(lp, lp, lp, np.ones(1), mask, dtype=np.float64,
+                                    top_entropy_quantile=0.5, entropy=entropy)
+    assert loss == pytest.approx(-2 / 3)
+    np.testing.assert_allclose(grad, [[0.0, -1 / 3, -1 / 3, 0.0]], rtol=1e-12)
+
+
+@given(loss_inputs(), st.sampled_from([0.25, 0.5, 0.9]))
+def test_top_entropy_tokens_are_the_tokens_with_a_policy_gradient(impl, x, q):
+    """The tokens with a nonzero policy gradient (GPG: every kept token has -A != 0) are
+    exactly those whose entropy reaches the 1 - q quantile of the valid tokens'
+    entropies, about a share q of them."""
+    rng = np.random.default_rng(len(x.mask.ravel()))
+    entropy = rng.uniform(0, 3, x.mask.shape)
+    kw = {**vanilla(x.kwargs), "loss_mode": "gpg", "beta": 0.0, "dual_clip": None,
+          "top_entropy_quantile": q, "entropy": entropy}
+    _, grad = impl.loss_and_grad(x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                 dtype=np.float64, **kw)
+    valid = x.mask != 0
+    threshold = np.quantile(entropy[valid], 1 - q)
+    np.testing.assert_array_equal(grad != 0, valid & (entropy >= threshold))
+
+
+@given(loss_inputs())
+def test_entropy_bonus_gradient_is_minus_the_coefficient_over_the_normaliser(impl, x):
+    """With an entropy bonus c: d loss / d entropy_t = -c / n_tokens at valid tokens (agg
+    token), 0 elsewhere, and the loss falls by c times the mean valid entropy."""
+    rng = np.random.default_rng(x.mask.size)
+    entropy = rng.uniform(0, 3, x.mask.shape)
+    kw = {**vanilla(x.kwargs), "agg": "token"}
+    base, _ = impl.loss_and_grads(x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask, **kw)
+    value, grads = impl.loss_and_grads(x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask,
+                                       entropy=entropy, entropy_coef=0.2, **kw)
+    valid = x.mask != 0
+    np.testing.assert_allclose(grads[4], np.where(valid, -0.2 / valid.sum(), 0.0), rtol=1e-12)
+    assert value == pytest.approx(base - 0.2 * entropy[valid].mean(), rel=1e-9, abs=1e-12)
+
+
+def test_truncated_importance_sampling_by_hand(impl):
+    """Token weights min(exp(old - sampler), C): old - sampler = (0.5, -0.5, 2) with C = 3
+    gives (1.6487, 0.6065, 3): at ratio 1 with A = 1 the loss is minus their mean, and
+    each token's gradient is minus its weight over 3."""
+    lp = np.zeros((1, 3))
+    sampler = -np.array([[0.5, -0.5, 2.0]])
+    loss, grad = impl.loss_and_grad(lp, lp, lp, np.ones(1), np.ones((1, 3)), dtype=np.float64,
+                                    tis_cap=3.0, logp_sampler=sampler)
+    w = np.minimum(np.exp([0.5, -0.5, 2.0]), 3.0)
+    assert loss == pytest.approx(-w.mean(), rel=1e-12)
+    np.testing.assert_allclose(grad, -w[None] / 3, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["k1", "k2", "k3"])
+def test_kl_estimators_and_their_gradients_by_hand(impl, kind):
+    """A = 0 isolates the KL term; r = new - ref. Per token: k1 = r (gradient 1), k2 = r^2/2
+    (gradient r), k3 = exp(-r) - 1 + r (gradient 1 - exp(-r)), times beta / n_tokens."""
+    new, ref = np.array([[-1.0, -0.5, -2.0]]), np.array([[-1.3, -0.2, -1.0]])
+    beta, r = 0.25, new - ref
+    value = {"k1": r, "k2": r**2 / 2, "k3": np.exp(-r) - 1 + r}[kind]
+    slope = {"k1": np.ones_like(r), "k2": r, "k3": 1 - np.exp(-r)}[kind]
+    loss, grad = impl.loss_and_grad(new, new, ref, np.zeros(1), np.ones((1, 3)),
+                                    dtype=np.float64, beta=beta, kl_estimator=kind)
+    assert loss == pytest.approx(beta * value.mean(), rel=1e-12)
+    np.testing.assert_allclose(grad, beta * slope / 3, rtol=1e-12)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxgrpo
@@ -42,6 +42,7 @@ def _x64():
 def test_grpo_loss_values_and_gradients_agree():
     seen: set[str] = set()
 
+    @settings(max_examples=max(60, settings().max_examples))  # enough to reach every region
     @given(loss_inputs())
     def check(x):
         note_regions(x, seen)

@@ -16,6 +16,7 @@ from parity_tests.strategies import (
     logprob_values,
     loss_inputs,
     note_regions,
+    vanilla,
 )
 
 
@@ -86,6 +87,9 @@ def test_padding_masked_columns_changes_nothing(impl, x, extra):
         kw["max_len"] = x.mask.shape[1]
     base, g_base = impl.loss_and_grad(*args, dtype=np.float64, **kw)
     pad = lambda a, v: np.pad(a, ((0, 0), (0, extra)), constant_values=v)  # noqa: E731
+    for name, fill in (("entropy", 5.0), ("logp_sampler", -2.0)):  # array options too
+        if kw.get(name) is not None:
+            kw[name] = pad(kw[name], fill)
     adv = pad(x.adv, 7.0) if x.adv.ndim == 2 else x.adv
     padded = (pad(x.logp_new, -3.0), pad(x.logp_old, -1.0), pad(x.logp_ref, 0.0), adv,
               pad(x.mask, 0.0))
@@ -132,7 +136,7 @@ def test_sequence_level_ratio_is_the_length_normalised_ratio(impl, x):
     """GSPO equals token-level PPO on a batch whose per-token log-ratio is replaced by
     its sequence mean (a closed form built with NumPy)."""
     note_regions(x)
-    kw = {**x.kwargs, "beta": 0.0}
+    kw = {**vanilla(x.kwargs), "beta": 0.0}
     args = (x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask)
     seq_level, _ = impl.loss_and_grad(*args, dtype=np.float64,
                                       **{**kw, "importance_level": "sequence"})

@@ -4,34 +4,71 @@ from __future__ import annotations
 
 import torch
 
-from grpospec import check_gae, check_group_rewards, check_rloo_rewards
+from grpospec import (
+    check_gae,
+    check_group_rewards,
+    check_overlong,
+    check_rloo_rewards,
+    check_scale_rewards,
+)
 
 
 def group_advantages(
-    rewards: torch.Tensor, std_norm: bool = True, eps: float = 1e-6
+    rewards: torch.Tensor, std_norm: bool = True, eps: float = 1e-6,
+    scale_rewards: str | None = None,
 ) -> torch.Tensor:
     """Per-group advantages: GRPO ``(r - mean) / (std + eps)`` or Dr. GRPO ``r - mean``.
 
     ``std`` is the population std (divide by G). A group whose rewards are all equal
     (G = 1 included) gets exactly zero advantages: it carries no learning signal.
+    ``scale_rewards`` (TRL's option) overrides ``std_norm``: ``"group"``, ``"batch"``
+    (the group's mean, the std of all B * G rewards) or ``"none"``.
 
     Args:
       rewards: shape (B, G), B prompts with G sampled completions each.
       std_norm: divide by the group std (GRPO) or not (Dr. GRPO).
       eps: added to the std.
+      scale_rewards: ``"group"``, ``"batch"``, ``"none"``, or ``None`` (from ``std_norm``).
     Returns:
       advantages, shape (B, G), the dtype of ``rewards``.
     """
     if not isinstance(rewards, torch.Tensor):
         raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
     check_group_rewards(tuple(rewards.shape), eps)
+    scale = scale_rewards if scale_rewards is not None else ("group" if std_norm else "none")
+    check_scale_rewards(scale)
     if not rewards.dtype.is_floating_point:
         rewards = rewards.to(torch.get_default_dtype())
     centered = rewards - rewards.mean(dim=1, keepdim=True)
-    if std_norm:
+    if scale == "group":
         centered = centered / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps)
+    elif scale == "batch":
+        centered = centered / (rewards.std(unbiased=False) + eps)
     all_equal = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
     return torch.where(all_equal, torch.zeros_like(centered), centered)
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++: the whole batch's rewards normalised together,
+    ``A = (r - mean_batch) / (std_batch + eps)`` (population std); exactly zeros when all
+    rewards are equal."""
+    if not isinstance(rewards, torch.Tensor):
+        raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
+    check_group_rewards(tuple(rewards.reshape(1, -1).shape), eps)
+    if not rewards.dtype.is_floating_point:
+        rewards = rewards.to(torch.get_default_dtype())
+    if rewards.max() == rewards.min():
+        return torch.zeros_like(rewards)
+    return (rewards - rewards.mean()) / (rewards.std(unbiased=False) + eps)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int,
+                     penalty: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment: 0 up to ``max_len - buffer`` tokens, then down
+    linearly to ``-penalty`` at ``max_len`` (and beyond)."""
+    check_overlong(max_len, buffer, penalty)
+    lengths = torch.as_tensor(lengths).float()
+    return penalty * torch.clamp((max_len - buffer - lengths) / buffer, -1.0, 0.0)
 
 
 def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:

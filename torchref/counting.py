@@ -10,11 +10,17 @@ import torch
 from torch import nn
 
 from grpospec import COMPLETION_LENGTH, END_TOKEN, VOCAB_SIZE, CountingConfig
-from torchref.advantages import gae_advantages, group_advantages, rloo_advantages
+from torchref.advantages import (
+    gae_advantages,
+    group_advantages,
+    overlong_penalty,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
 from torchref.loss import (
     clip_metrics,
     grpo_loss,
-    k3_kl,
+    kl_estimate,
     masked_mean,
     selective_log_softmax,
     value_loss,
@@ -117,6 +123,21 @@ def task_reward(task: str, prompts: torch.Tensor, completions: torch.Tensor
     return rewards, torch.ones(n, length), correct, torch.full((n,), length)
 
 
+def training_signal(cfg: CountingConfig, prompts: torch.Tensor, completions: torch.Tensor):
+    """What the update trains on: ``(rewards, response mask, loss mask, correct,
+    lengths)``: the task's reward plus DAPO's overlong penalty (``cfg.overlong_buffer``);
+    the loss mask drops truncated completions (no end token) when ``cfg.mask_truncated``."""
+    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    if cfg.overlong_buffer is not None:
+        rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
+                                             cfg.overlong_penalty)
+    loss_mask = mask
+    if cfg.mask_truncated:
+        ended = (completions == END_TOKEN).any(dim=1)
+        loss_mask = mask * ended[:, None].float()
+    return rewards, mask, loss_mask, correct, lengths
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last axis, in float32."""
     logp = torch.log_softmax(logits.float(), dim=-1)
@@ -138,9 +159,12 @@ def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions
     """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
     grouped = rewards.view(-1, cfg.group_size)
     if cfg.estimator in ("grpo", "dr_grpo"):
-        return group_advantages(grouped, std_norm=cfg.estimator == "grpo").view(-1), None
+        return group_advantages(grouped, std_norm=cfg.estimator == "grpo",
+                                scale_rewards=cfg.scale_rewards).view(-1), None
     if cfg.estimator == "rloo":
         return rloo_advantages(grouped).view(-1), None
+    if cfg.estimator == "reinforce_pp":
+        return reinforce_pp_advantages(rewards), None
     with torch.no_grad():
         values = policy.values(prompts, completions)
     terminal = nn.functional.one_hot(lengths - 1, mask.shape[1]).float() * rewards[:, None]
@@ -164,7 +188,7 @@ def grpo_update(
     the update's metrics: ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``), ``kl``
     and ``entropy`` are those of the last inner epoch, before its update.
     """
-    rewards, mask, _, lengths = task_reward(cfg.task, prompts, completions)
+    rewards, _, mask, _, lengths = training_signal(cfg, prompts, completions)
     adv, returns = _advantages(cfg, policy, prompts, completions, rewards, mask, lengths)
     with torch.no_grad():
         logp_old = policy.token_logprobs(prompts, completions)
@@ -172,9 +196,9 @@ def grpo_update(
     for _ in range(cfg.inner_epochs):
         logits = policy(prompts, completions)
         logp_new = selective_log_softmax(logits, completions)
-        loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mask, cfg.clip_eps, cfg.beta,
-                         cfg.agg, cfg.clip_eps_high, cfg.dual_clip, cfg.importance_level,
-                         cfg.length)
+        entropy = token_entropy(logits) if cfg.needs_entropy else None
+        loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mask, entropy=entropy,
+                         **cfg.loss_options())
         if returns is not None:
             loss = loss + cfg.vf_coef * value_loss(policy.values(prompts, completions),
                                                    returns, mask)
@@ -185,7 +209,7 @@ def grpo_update(
         return {
             **clip_metrics(logp_new, logp_old, adv, mask, cfg.clip_eps, cfg.clip_eps_high,
                            cfg.importance_level, cfg.dual_clip),
-            "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
+            "kl": masked_mean(kl_estimate(logp_new, logp_ref, cfg.kl_estimator), mask),
             "entropy": masked_mean(token_entropy(logits), mask),
             "loss": loss.detach(),
         }
@@ -194,7 +218,7 @@ def grpo_update(
 def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: torch.Tensor,
                     kept: torch.Tensor) -> dict[str, torch.Tensor]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
-    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    rewards, mask, _, correct, lengths = training_signal(cfg, prompts, completions)
     grouped = rewards.view(-1, cfg.group_size)
     zero_var = grouped.amax(1) == grouped.amin(1)
     lengths, c = lengths.float(), correct.float()
@@ -241,7 +265,7 @@ def train_counting(seed: int = 0, steps: int = 80, on_step=None,
         prompts = torch.randint(0, VOCAB_SIZE, (pool,), generator=gen)
         prompts = prompts.repeat_interleave(cfg.group_size)
         completions = policy.sample(prompts, gen)
-        grouped = task_reward(cfg.task, prompts, completions)[0].view(-1, cfg.group_size)
+        grouped = training_signal(cfg, prompts, completions)[0].view(-1, cfg.group_size)
         kept = select_groups(grouped, cfg.n_prompts)
         metrics = rollout_metrics(cfg, prompts, completions, kept)
         rows = (kept[:, None] * cfg.group_size + torch.arange(cfg.group_size)).reshape(-1)
