@@ -116,6 +116,14 @@ def test_reinforce_pp_normalises_the_whole_batch(impl, rewards):
     np.testing.assert_allclose(adv, (r - r.mean()) / r.std(), rtol=1e-9, atol=1e-9)
 
 
+def test_reinforce_pp_has_no_per_prompt_baseline_by_hand(impl):
+    """[[1, 1], [1, 0]]: batch mean 0.75, population std 0.433; the always-solved prompt's
+    completions get +0.577 each (a group baseline would give them 0)."""
+    adv = _adv(impl, "reinforce_pp_advantages", [[1.0, 1.0], [1.0, 0.0]], eps=0.0)
+    s = np.sqrt(3) / 4
+    np.testing.assert_allclose(adv, [[0.25 / s, 0.25 / s], [0.25 / s, -0.75 / s]], rtol=1e-12)
+
+
 def test_reinforce_pp_of_equal_rewards_is_exactly_zero(impl):
     assert np.all(_adv(impl, "reinforce_pp_advantages", [[0.1, 0.1], [0.1, 0.1]]) == 0)
 
