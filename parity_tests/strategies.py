@@ -28,6 +28,28 @@ LOG_RATIO_BANDS = {"inside": (-0.09, 0.09), "above": (0.35, 0.8), "below": (-1.0
                    "far_above": (1.2, 2.0)}
 
 
+#: The loss modes and the dual-clip bound: ``loss_inputs(scenario=...)``.
+SCENARIOS = ("vanilla", "dual_clip", *LOSS_MODES[1:])
+
+
+def for_each_scenario(check, scenarios=SCENARIOS, **strategy_kwargs) -> None:
+    """Run the property ``check(x)`` once per scenario, each with ``settings()``'s
+    examples of ``loss_inputs(scenario=..., **strategy_kwargs)``."""
+    from hypothesis import given
+
+    for scenario in scenarios:
+        given(loss_inputs(scenario=scenario, **strategy_kwargs))(check)()
+
+
+#: The regions the rows of a drawn batch are put in, row i in the (f0 + i)-th after a
+#: drawn f0 (so that each region of the clipped objective occurs often whatever the shape
+#: and the other options): the log-ratio band of the row's first token (GSPO: of the whole
+#: row) and its advantage's sign (0: any). ``far_above`` only in the dual-clip scenario.
+FOCUS_REGIONS = {"inside": ("inside", 0.0), "clipped_high": ("above", 1.0),
+                 "clipped_low": ("below", -1.0), "outside_unclipped": ("above", -1.0),
+                 "dual_clip": ("far_above", -1.0)}
+
+
 @st.composite
 def masks(draw, n: int, t: int, *, equal_lengths: bool = False) -> np.ndarray:
     """(n, t) 0/1 masks with at least one valid token per row.
@@ -43,19 +65,24 @@ def masks(draw, n: int, t: int, *, equal_lengths: bool = False) -> np.ndarray:
 
 
 @st.composite
-def loss_kwargs(draw, shape: tuple[int, int], logp_old: np.ndarray) -> dict:
+def loss_kwargs(draw, shape: tuple[int, int], logp_old: np.ndarray, *,
+                dual_clip: bool = False, loss_mode: str | None = None) -> dict:
     """Every option of ``grpo_loss``, variants included, for a batch of ``shape``: the
     loss modes (dual-clip with the vanilla one), the KL estimators, an entropy bonus and
     the top-entropy quantile (with a drawn ``entropy``), truncated importance sampling
-    (with a drawn ``logp_sampler`` near ``logp_old``)."""
+    (with a drawn ``logp_sampler`` near ``logp_old``). ``dual_clip`` forces the vanilla
+    loss with a dual-clip bound."""
     clip_eps = draw(st.sampled_from([0.1, 0.2, 0.3]))
-    loss_mode = draw(st.sampled_from(["vanilla", "vanilla", *LOSS_MODES[1:]]))
+    if loss_mode is None:
+        loss_mode = ("vanilla" if dual_clip
+                     else draw(st.sampled_from(["vanilla", "vanilla", *LOSS_MODES[1:]])))
+    bounds = [1.5, 3.0] if dual_clip else [None, 1.5, 3.0]
     kw = dict(
         clip_eps=clip_eps,
         beta=draw(st.sampled_from([0.0, 0.01, 0.1])),
         agg=draw(st.sampled_from(AGG_MODES)),
         clip_eps_high=draw(st.sampled_from([None, clip_eps + 0.08])),
-        dual_clip=draw(st.sampled_from([None, 1.5, 3.0])) if loss_mode == "vanilla" else None,
+        dual_clip=draw(st.sampled_from(bounds)) if loss_mode == "vanilla" else None,
         importance_level=draw(st.sampled_from(IMPORTANCE_LEVELS)),
         max_len=draw(st.sampled_from([None, shape[1] + 3])),
         kl_estimator=draw(st.sampled_from(KL_ESTIMATORS)),
@@ -101,11 +128,19 @@ def log_ratios(draw, shape: tuple[int, int]) -> np.ndarray:
 
 @st.composite
 def loss_inputs(draw, *, max_n: int = 5, max_t: int = 7, equal_lengths: bool = False,
-                near_policy: bool = False) -> LossInputs:
+                near_policy: bool = False, scenario: str | None = None) -> LossInputs:
     """Inputs of ``grpo_loss``: ``logp_old`` in [-6, 0]; ``logp_new = logp_old + `` a
     log-ratio from ``LOG_RATIO_BANDS`` (or, with ``near_policy``, within 0.5 nats);
     ``logp_ref`` within 0.5 nats of ``logp_new``; advantages in [-2, 2] per sequence or
-    per token (GAE), nonzero; left-aligned masks of uneven lengths; every option."""
+    per token (GAE), nonzero; left-aligned masks of uneven lengths; every option; row 0
+    i in the ``FOCUS_REGIONS`` after a drawn first one; the loss mode from ``scenario``
+    (one of ``SCENARIOS``: a loss mode, or ``dual_clip`` for the vanilla loss with a
+    dual-clip bound), drawn when it is None. The tests that must reach every region run
+    one ``@given`` per scenario (``for_each_scenario``): hypothesis's examples of one run
+    are too alike for a drawn mode to reach every mode reliably."""
+    if scenario is None:
+        scenario = draw(st.sampled_from(SCENARIOS))
+    loss_mode = scenario if scenario in LOSS_MODES else "vanilla"
     n, t = draw(st.integers(1, max_n)), draw(st.integers(1, max_t))
     logp_old = draw(hnp.arrays(np.float64, (n, t), elements=logprob_values))
     if near_policy:
@@ -119,8 +154,23 @@ def loss_inputs(draw, *, max_n: int = 5, max_t: int = 7, equal_lengths: bool = F
     magnitude = draw(hnp.arrays(np.float64, adv_shape, elements=st.floats(0.1, 2.0, width=64)))
     sign = draw(hnp.arrays(np.float64, adv_shape, elements=st.sampled_from([-1.0, 1.0])))
     mask = draw(masks(n, t, equal_lengths=equal_lengths))
-    return LossInputs(logp_new, logp_old, logp_ref, magnitude * sign, mask,
-                      draw(loss_kwargs((n, t), logp_old)))
+    kwargs = draw(loss_kwargs((n, t), logp_old, dual_clip=scenario == "dual_clip",
+                              loss_mode=loss_mode))
+    if not near_policy:  # row i (its first token is always valid) in region f0 + i
+        first = draw(st.integers(0, len(FOCUS_REGIONS) - 1))
+        sequence = kwargs["importance_level"] == "sequence"
+        for i in range(n):
+            band, s0 = list(FOCUS_REGIONS.values())[(first + i) % len(FOCUS_REGIONS)]
+            if band == "far_above" and scenario != "dual_clip":
+                continue
+            lo, hi = LOG_RATIO_BANDS[band]
+            u = draw(st.floats(0.0, 1.0, width=64))
+            delta[i, slice(None) if sequence else slice(0, 1)] = lo + u * (hi - lo)
+            if s0:  # GSPO: the whole row in the band, so its mean is
+                sign[(i,) if sign.ndim == 1 else (i, slice(None) if sequence else 0)] = s0
+        logp_new = logp_old + delta
+        logp_ref = logp_new + ref_delta
+    return LossInputs(logp_new, logp_old, logp_ref, magnitude * sign, mask, kwargs)
 
 
 def token_ratio(x: LossInputs) -> np.ndarray:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import jaxgrpo
@@ -21,6 +21,7 @@ from parity_tests.strategies import (
     LOSS_REGIONS,
     assert_reaches,
     bandits,
+    for_each_scenario,
     gae_inputs,
     group_rewards,
     loss_inputs,
@@ -42,8 +43,6 @@ def _x64():
 def test_grpo_loss_values_and_gradients_agree():
     seen: set[str] = set()
 
-    @settings(max_examples=max(60, settings().max_examples))  # enough to reach every region
-    @given(loss_inputs())
     def check(x):
         note_regions(x, seen)
         args = (x.logp_new, x.logp_old, x.logp_ref, x.adv, x.mask)
@@ -52,7 +51,7 @@ def test_grpo_loss_values_and_gradients_agree():
         np.testing.assert_allclose(v_jax, v_torch, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(g_jax, g_torch, rtol=RTOL, atol=ATOL)
 
-    check()
+    for_each_scenario(check)
     assert_reaches(seen, LOSS_REGIONS)
 
 
