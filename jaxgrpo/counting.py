@@ -28,7 +28,7 @@ from grpospec import (
     CountingConfig,
     check_positive_int,
 )
-from jaxgrpo.advantages import gae_advantages, group_advantages, rloo_advantages
+from jaxgrpo.advantages import estimator_advantages
 from jaxgrpo.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, value_loss
 
 
@@ -209,17 +209,9 @@ def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
 def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,
                 mask, lengths):
     """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
-    grouped = rewards.reshape(-1, cfg.group_size)
-    if cfg.estimator in ("grpo", "dr_grpo"):
-        return group_advantages(grouped, std_norm=cfg.estimator == "grpo").reshape(-1), None
-    if cfg.estimator == "rloo":
-        return rloo_advantages(grouped).reshape(-1), None
-    values = jax.lax.stop_gradient(policy.values(prompts, completions))
-    terminal = jax.nn.one_hot(lengths - 1, mask.shape[1]) * rewards[:, None]
-    adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
-    mean = masked_mean(adv, mask)
-    std = jnp.sqrt(masked_mean((adv - mean) ** 2, mask))
-    return jnp.where(mask != 0, (adv - mean) / (std + 1e-8), 0.0), returns
+    values = policy.values(prompts, completions) if cfg.estimator == "gae" else None
+    return estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths, values,
+                                cfg.gamma, cfg.lam)
 
 
 def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: CounterPolicy,
@@ -273,8 +265,14 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
 def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Array,
                     kept: jax.Array) -> dict[str, jax.Array]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
-    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
-    grouped = rewards.reshape(-1, cfg.group_size)
+    return rollout_stats(*task_reward(cfg.task, prompts, completions), cfg.group_size, kept)
+
+
+def rollout_stats(rewards: jax.Array, mask: jax.Array, correct: jax.Array, lengths: jax.Array,
+                  group_size: int, kept: jax.Array) -> dict[str, jax.Array]:
+    """Metrics of a sampled pool (rewards (N,), mask (N, T), correct (N,), lengths (N,),
+    laid out group by group) and of the groups ``kept`` for training (any task)."""
+    grouped = rewards.reshape(-1, group_size)
     zero_var = jnp.max(grouped, axis=1) == jnp.min(grouped, axis=1)
     lengths, c = lengths.astype(jnp.float32), correct.astype(jnp.float32)
     n_c = jnp.sum(c)
@@ -290,6 +288,11 @@ def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Ar
         "ds_dropped": (jnp.sum(zero_var) - jnp.sum(zero_var[kept])).astype(jnp.float32),
         "ds_filled": (~jnp.any(zero_var[kept])).astype(jnp.float32),
     }
+
+
+def group_rows(kept: jax.Array, group_size: int) -> jax.Array:
+    """The rows (len(kept) * group_size,) of the groups ``kept``, in order."""
+    return (kept[:, None] * group_size + jnp.arange(group_size)).reshape(-1)
 
 
 class RunnerState(NamedTuple):
@@ -335,7 +338,7 @@ def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None
                 grouped = task_reward(cfg.task, prompts, completions)[0].reshape(
                     -1, cfg.group_size)
                 kept = select_groups(grouped, cfg.n_prompts)
-                rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
+                rows = group_rows(kept, cfg.group_size)
                 batch_prompts, batch_completions = prompts[rows], completions[rows]
             else:  # the pool is the batch
                 kept = jnp.arange(cfg.n_prompts)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from grpospec import COMPLETION_LENGTH, END_TOKEN, METRIC_NAMES, VOCAB_SIZE, CountingConfig
-from torchref.advantages import gae_advantages, group_advantages, rloo_advantages
+from torchref.advantages import estimator_advantages
 from torchref.loss import (
     clip_fraction,
     grpo_loss,
@@ -136,18 +136,12 @@ def select_groups(grouped_rewards: torch.Tensor, n_keep: int) -> torch.Tensor:
 def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,
                 mask, lengths):
     """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
-    grouped = rewards.view(-1, cfg.group_size)
-    if cfg.estimator in ("grpo", "dr_grpo"):
-        return group_advantages(grouped, std_norm=cfg.estimator == "grpo").view(-1), None
-    if cfg.estimator == "rloo":
-        return rloo_advantages(grouped).view(-1), None
-    with torch.no_grad():
-        values = policy.values(prompts, completions)
-    terminal = nn.functional.one_hot(lengths - 1, mask.shape[1]).float() * rewards[:, None]
-    adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
-    mean = masked_mean(adv, mask)
-    std = masked_mean((adv - mean) ** 2, mask).sqrt()
-    return torch.where(mask != 0, (adv - mean) / (std + 1e-8), torch.zeros(())), returns
+    values = None
+    if cfg.estimator == "gae":
+        with torch.no_grad():
+            values = policy.values(prompts, completions)
+    return estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths, values,
+                                cfg.gamma, cfg.lam)
 
 
 def grpo_update(
@@ -194,8 +188,15 @@ def grpo_update(
 def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: torch.Tensor,
                     kept: torch.Tensor) -> dict[str, torch.Tensor]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
-    rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
-    grouped = rewards.view(-1, cfg.group_size)
+    return rollout_stats(*task_reward(cfg.task, prompts, completions), cfg.group_size, kept)
+
+
+def rollout_stats(rewards: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor,
+                  lengths: torch.Tensor, group_size: int, kept: torch.Tensor
+                  ) -> dict[str, torch.Tensor]:
+    """Metrics of a sampled pool (rewards (N,), mask (N, T), correct (N,), lengths (N,),
+    laid out group by group) and of the groups ``kept`` for training (any task)."""
+    grouped = rewards.view(-1, group_size)
     zero_var = grouped.amax(1) == grouped.amin(1)
     lengths, c = lengths.float(), correct.float()
     nan = torch.tensor(float("nan"))
@@ -210,6 +211,11 @@ def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: tor
         "ds_dropped": (zero_var.sum() - zero_var[kept].sum()).float(),
         "ds_filled": (~zero_var[kept].any()).float(),
     }
+
+
+def group_rows(kept: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The rows (len(kept) * group_size,) of the groups ``kept``, in order."""
+    return (kept[:, None] * group_size + torch.arange(group_size)).reshape(-1)
 
 
 def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, np.ndarray]:
@@ -239,7 +245,7 @@ def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, 
         grouped = task_reward(cfg.task, prompts, completions)[0].view(-1, cfg.group_size)
         kept = select_groups(grouped, cfg.n_prompts)
         metrics = rollout_metrics(cfg, prompts, completions, kept)
-        rows = (kept[:, None] * cfg.group_size + torch.arange(cfg.group_size)).reshape(-1)
+        rows = group_rows(kept, cfg.group_size)
         metrics.update(grpo_update(policy, ref_policy, optimizer, prompts[rows],
                                    completions[rows], cfg))
         for k in METRIC_NAMES:
