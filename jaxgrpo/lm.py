@@ -270,6 +270,15 @@ def _constrain(tree, sharding):
     return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
 
+def make_optimizer(cfg: LMConfig) -> optax.GradientTransformation:
+    """Adam at ``cfg.learning_rate``, after clipping the gradient's global norm to
+    ``cfg.max_grad_norm`` (unless it is ``None``)."""
+    adam = optax.adam(cfg.learning_rate)
+    if cfg.max_grad_norm is None:
+        return adam
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adam)
+
+
 class RunnerState(NamedTuple):
     """The ``lax.scan`` carry of a training run."""
 
@@ -292,7 +301,7 @@ def make_train(cfg: LMConfig, batch_sharding: jax.sharding.Sharding | None = Non
         if cfg.base_seed is not None:  # one base model for every run
             key_base = jax.random.key(cfg.base_seed)
         model = base_model(cfg, key_base)
-        optimizer = nnx.Optimizer(model, optax.adam(cfg.learning_rate), wrt=nnx.Param)
+        optimizer = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
         model_def, ref_params = nnx.split(model)  # the frozen reference: the base model
         graphdef, state = nnx.split((model, optimizer))
 

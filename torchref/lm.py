@@ -263,6 +263,8 @@ def grpo_update(policy: PolicyLM, ref_policy: PolicyLM, optimizer: torch.optim.O
         loss, (logp_new, entropy) = lm_loss(policy, problems, completions, inputs, cfg)
         optimizer.zero_grad()
         loss.backward()
+        if cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         optimizer.step()
     with torch.no_grad():
         return {
