@@ -30,6 +30,7 @@ from grpospec import (
 )
 from jaxgrpo.advantages import estimator_advantages
 from jaxgrpo.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, value_loss
+from jaxgrpo.sampling import icdf_from_cdf
 
 
 class CounterPolicy(nnx.Module):
@@ -182,7 +183,10 @@ def token_entropy(logits: jax.Array) -> jax.Array:
 
 def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
                        ) -> tuple[jax.Array, jax.Array]:
-    """Sample completions token by token with ``jax.random.categorical`` in ``lax.scan``.
+    """Sample completions token by token in ``lax.scan``, by the inverse CDF: one uniform
+    per token (all drawn at once), compared with a row of the policy's CDF table (the
+    cumulative ``exp(logprob_table())``, computed once; ``jaxgrpo.sampling``). The same
+    distribution as ``jax.random.categorical``, which draws V Gumbel numbers per token.
 
     Args:
       model: the policy.
@@ -192,18 +196,21 @@ def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
       ``(tokens, logprobs)``, both (B, L): the sampled tokens and their log-probs.
     """
 
-    table = model.logprob_table()  # (L, V, V) log-probs: valid logits for categorical
+    table = model.logprob_table()  # (L, V, V) log-probs, one row per context
+    cdf = jnp.cumsum(jnp.exp(table), axis=-1)
+    uniforms = jax.random.uniform(key, (model.length, prompts.shape[0]))
 
     def _sample_token(prev, inputs):
-        t, k = inputs
-        logp = table[t, prev]  # (B, V)
-        token = jax.random.categorical(k, logp)
-        return token, (token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0])
+        t, u = inputs
+        token = icdf_from_cdf(u, cdf[t, prev])
+        return token, token
 
-    keys = jax.random.split(key, model.length)
-    _, (tokens, logps) = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), keys),
-                                      unroll=True)
-    return tokens.T, logps.T
+    _, tokens = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), uniforms),
+                             unroll=True)
+    tokens = tokens.T
+    logps = jnp.take_along_axis(gather_context(table, prompts, tokens), tokens[..., None],
+                                axis=-1)[..., 0]
+    return tokens, logps
 
 
 def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,

@@ -34,7 +34,18 @@ def categorical_icdf(u: jax.Array, logp: jax.Array) -> jax.Array:
     """
     logp = logp.astype(jnp.promote_types(logp.dtype, jnp.float32))
     p = jnp.exp(logp - jnp.max(logp, axis=-1, keepdims=True))
-    cdf = jnp.cumsum(p, axis=-1)
+    return icdf_from_cdf(u, jnp.cumsum(p, axis=-1))
+
+
+def icdf_from_cdf(u: jax.Array, cdf: jax.Array) -> jax.Array:
+    """The inverse-CDF draw from a (possibly unnormalised) cumulative sum ``cdf`` (..., V)
+    of probabilities: ``#{k < V - 1 : cdf_k <= u * cdf_{V-1}}``. A policy with few
+    distinct contexts computes its CDF table once and gathers rows of it.
+
+    >>> import jax.numpy as jnp
+    >>> icdf_from_cdf(jnp.array([0.1, 0.5]), jnp.array([[1.0, 1.0, 4.0], [1.0, 1.0, 4.0]]))
+    Array([0, 2], dtype=int32)
+    """
     threshold = u.astype(cdf.dtype)[..., None] * cdf[..., -1:]
     # the last index needs no test: every draw not counted below it lands on it
     return jnp.sum(cdf[..., :-1] <= threshold, axis=-1, dtype=jnp.int32)

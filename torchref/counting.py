@@ -19,6 +19,7 @@ from torchref.loss import (
     selective_log_softmax,
     value_loss,
 )
+from torchref.sampling import categorical_icdf
 
 
 class CounterPolicy(nn.Module):
@@ -64,12 +65,13 @@ class CounterPolicy(nn.Module):
 
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Sample completions (B, L) token by token from the policy itself."""
+        """Sample completions (B, L) token by token from the policy itself, by the inverse
+        CDF (``torchref.sampling.categorical_icdf``): one uniform per token."""
+        uniforms = torch.rand((self.length, prompts.shape[0]), generator=generator)
         prev = prompts
         out = []
         for t in range(self.length):
-            probs = torch.softmax(self.step_logits(prev, t).float(), -1)
-            prev = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            prev = categorical_icdf(uniforms[t], self.step_logits(prev, t))
             out.append(prev)
         return torch.stack(out, dim=1)
 
