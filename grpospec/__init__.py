@@ -22,9 +22,11 @@ from grpospec.config import (
     END_TOKEN,
     ESTIMATORS,
     METRIC_NAMES,
+    METRICS,
     TASKS,
     VOCAB_SIZE,
     CountingConfig,
+    logged_metrics,
 )
 
 __all__ = [
@@ -38,8 +40,10 @@ __all__ = [
     "ESTIMATORS",
     "TASKS",
     "METRIC_NAMES",
+    "METRICS",
     "VOCAB_SIZE",
     "CountingConfig",
+    "logged_metrics",
     "check_bandit",
     "check_grpo_loss",
     "check_group_rewards",

@@ -113,25 +113,53 @@ class CountingConfig:
     def value_head(self) -> bool:
         return self.estimator == "gae"
 
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The per-step metrics this configuration logs (a subset of ``METRIC_NAMES``)."""
+        return logged_metrics(self.dual_clip, self.dynamic_sampling)
+
     def replace(self, **changes) -> CountingConfig:
         return dataclasses.replace(self, **changes)
 
 
-# Per-step metric names both trainers log, in this order. Lengths count the tokens up to
-# and including the end token (all tokens when there is none). ``len_correct`` /
-# ``len_incorrect`` are NaN at a step with no correct / incorrect completion.
-METRIC_NAMES = (
-    "mean_reward",
-    "zero_var_frac",
-    "clip_frac",
-    "kl",
-    "entropy",
-    "loss",
-    "correct_frac",
-    "mean_length",
-    "len_correct",
-    "len_incorrect",
-    "sampled_tokens",
-    "ds_dropped",
-    "ds_filled",
-)
+# Per-step metrics both trainers log (``CountingConfig.metric_names`` picks those that exist
+# for a configuration), with their definitions. Names follow TRL (``frac_reward_zero_std``,
+# ``clip_ratio/*``) and verl (``pg_clipfrac_lower``) where the meaning is the same.
+METRICS = {
+    "mean_reward": "mean reward of the step's sampled completions, before the update",
+    "frac_reward_zero_std": "share of the sampled groups whose rewards are all equal "
+                            "(zero std: no learning signal)",
+    "clip_ratio/low_mean": "share of trained tokens with A < 0 and ratio < 1 - eps_low "
+                           "(the lower clip binds), last inner epoch",
+    "clip_ratio/high_mean": "share of trained tokens with A > 0 and ratio > 1 + eps_high "
+                            "(the upper clip binds), last inner epoch",
+    "clip_ratio/region_mean": "share of trained tokens where either clip binds "
+                              "(verl: pg_clipfrac), last inner epoch",
+    "pg_clipfrac_lower": "share of trained tokens with A < 0 and ratio > c, where the "
+                         "dual-clip bound binds (only with dual_clip)",
+    "kl": "mean k3 estimate of KL to the initial policy over trained tokens, last inner "
+          "epoch (nats)",
+    "entropy": "mean token entropy of the policy over trained tokens, last inner epoch (nats)",
+    "loss": "the loss of the last inner epoch, before its optimizer step",
+    "correct_frac": "share of sampled completions that are fully correct",
+    "mean_length": "mean completion length in tokens (up to and including the end token)",
+    "len_correct": "mean length of correct completions (NaN when there are none)",
+    "len_incorrect": "mean length of incorrect completions (NaN when there are none)",
+    "sampled_tokens": "tokens sampled this step (the pool's response-mask sum)",
+    "ds_dropped": "zero-variance groups of the sampled pool left out of the batch "
+                  "(only with dynamic_sampling)",
+    "ds_filled": "zero-variance groups put in the batch because too few groups varied "
+                 "(0 = every trained group varies; only with dynamic_sampling)",
+}
+METRIC_NAMES = tuple(METRICS)  # every metric a configuration can log, in this order
+
+
+def logged_metrics(dual_clip: float | None, dynamic_sampling: bool) -> tuple[str, ...]:
+    """The per-step metrics a trainer logs (a subset of ``METRIC_NAMES``, in its order):
+    ``pg_clipfrac_lower`` only with ``dual_clip``, ``ds_*`` only with dynamic sampling."""
+    skip = set()
+    if dual_clip is None:
+        skip.add("pg_clipfrac_lower")
+    if not dynamic_sampling:
+        skip |= {"ds_dropped", "ds_filled"}
+    return tuple(n for n in METRIC_NAMES if n not in skip)

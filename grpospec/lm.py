@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from grpospec.checks import AGG_MODES, IMPORTANCE_LEVELS, check_positive_int
+from grpospec.config import logged_metrics
 
 PLUS, EQUALS, END, SCRATCH, PAD = 10, 11, 12, 13, 14
 LM_VOCAB_SIZE = 15
@@ -327,6 +328,11 @@ class LMConfig:
     @property
     def value_head(self) -> bool:
         return self.estimator == "gae"
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The per-step metrics this configuration logs (``grpospec.logged_metrics``)."""
+        return logged_metrics(self.dual_clip, self.dynamic_sampling)
 
     def replace(self, **changes) -> LMConfig:
         return dataclasses.replace(self, **changes)

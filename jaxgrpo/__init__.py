@@ -22,7 +22,7 @@ from jaxgrpo.counting import (
     train_counting,
 )
 from jaxgrpo.loss import (
-    clip_fraction,
+    clip_metrics,
     grpo_loss,
     k3_kl,
     masked_mean,
@@ -32,7 +32,7 @@ from jaxgrpo.loss import (
 
 __all__ = [
     "CounterPolicy",
-    "clip_fraction",
+    "clip_metrics",
     "counting_reward",
     "exact_policy_gradient",
     "expected_reward",

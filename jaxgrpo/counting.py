@@ -23,13 +23,12 @@ from flax import nnx
 from grpospec import (
     COMPLETION_LENGTH,
     END_TOKEN,
-    METRIC_NAMES,
     VOCAB_SIZE,
     CountingConfig,
     check_positive_int,
 )
 from jaxgrpo.advantages import estimator_advantages
-from jaxgrpo.loss import clip_fraction, grpo_loss, k3_kl, masked_mean, value_loss
+from jaxgrpo.loss import clip_metrics, grpo_loss, k3_kl, masked_mean, value_loss
 from jaxgrpo.sampling import icdf_from_cdf
 
 
@@ -228,8 +227,9 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
 
     Reward, advantages, then ``cfg.inner_epochs`` full-batch optimizer steps
     (``_update_epoch`` under ``lax.scan``). ``prompts`` (B*G,) and ``completions``
-    (B*G, L) are laid out group by group. Returns the update's metrics: ``loss``,
-    ``clip_frac``, ``kl`` and ``entropy`` of the last inner epoch, before its update.
+    (B*G, L) are laid out group by group. Returns the update's metrics: ``loss``, the
+    ``clip_ratio/*`` shares (``clip_metrics``), ``kl`` and ``entropy`` of the last inner
+    epoch, before its update.
     Same computation as ``torchref.grpo_update``.
     """
     rewards, mask, _, lengths = task_reward(cfg.task, prompts, completions)
@@ -261,8 +261,8 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
     table, logp_new = table[-1], logp_new[-1]
     entropy = gather_context(token_entropy(table), prompts, completions)
     return {
-        "clip_frac": clip_fraction(logp_new, logp_old, mask, cfg.clip_eps, cfg.clip_eps_high,
-                                   cfg.importance_level),
+        **clip_metrics(logp_new, logp_old, adv, mask, cfg.clip_eps, cfg.clip_eps_high,
+                       cfg.importance_level, cfg.dual_clip),
         "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
         "entropy": masked_mean(entropy, mask),
         "loss": losses[-1],
@@ -272,29 +272,34 @@ def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: Count
 def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Array,
                     kept: jax.Array) -> dict[str, jax.Array]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
-    return rollout_stats(*task_reward(cfg.task, prompts, completions), cfg.group_size, kept)
+    return rollout_stats(*task_reward(cfg.task, prompts, completions), cfg.group_size,
+                         kept if cfg.dynamic_sampling else None)
 
 
 def rollout_stats(rewards: jax.Array, mask: jax.Array, correct: jax.Array, lengths: jax.Array,
-                  group_size: int, kept: jax.Array) -> dict[str, jax.Array]:
+                  group_size: int, kept: jax.Array | None) -> dict[str, jax.Array]:
     """Metrics of a sampled pool (rewards (N,), mask (N, T), correct (N,), lengths (N,),
-    laid out group by group) and of the groups ``kept`` for training (any task)."""
+    laid out group by group), for any task; with dynamic sampling, ``kept`` holds the
+    groups chosen for training and the ``ds_*`` metrics are added (``None``: without)."""
     grouped = rewards.reshape(-1, group_size)
     zero_var = jnp.max(grouped, axis=1) == jnp.min(grouped, axis=1)
     lengths, c = lengths.astype(jnp.float32), correct.astype(jnp.float32)
     n_c = jnp.sum(c)
-    return {
+    metrics = {
         "mean_reward": jnp.mean(rewards),
-        "zero_var_frac": jnp.mean(zero_var, dtype=jnp.float32),
+        "frac_reward_zero_std": jnp.mean(zero_var, dtype=jnp.float32),
         "correct_frac": jnp.mean(c),
         "mean_length": jnp.mean(lengths),
         "len_correct": jnp.where(n_c > 0, jnp.sum(lengths * c) / jnp.maximum(n_c, 1), jnp.nan),
         "len_incorrect": jnp.where(n_c < c.size, jnp.sum(lengths * (1 - c))
                                    / jnp.maximum(c.size - n_c, 1), jnp.nan),
         "sampled_tokens": jnp.sum(mask),
-        "ds_dropped": (jnp.sum(zero_var) - jnp.sum(zero_var[kept])).astype(jnp.float32),
-        "ds_filled": (~jnp.any(zero_var[kept])).astype(jnp.float32),
     }
+    if kept is not None:
+        filled = jnp.sum(zero_var[kept])  # zero-variance groups that had to fill the batch
+        metrics["ds_dropped"] = (jnp.sum(zero_var) - filled).astype(jnp.float32)
+        metrics["ds_filled"] = filled.astype(jnp.float32)
+    return metrics
 
 
 def group_rows(kept: jax.Array, group_size: int) -> jax.Array:
@@ -312,7 +317,7 @@ class RunnerState(NamedTuple):
 def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None = None):
     """Returns ``train(key) -> (final (policy, optimizer) state, metrics)``.
 
-    ``metrics`` maps each of ``grpospec.METRIC_NAMES`` to an array of shape (steps,).
+    ``metrics`` maps each of ``cfg.metric_names`` to an array of shape (steps,).
     ``train`` is pure: jit it, vmap it over keys for many seeds.
 
     ``batch_sharding`` (e.g. ``NamedSharding(mesh, P("data"))``) constrains each step's
@@ -383,7 +388,7 @@ def train_counting(seed: int = 0, steps: int = 80, *, seeds: int | Sequence[int]
         ``seed .. seed + S - 1``) or a sequence of seeds.
       **overrides: any other field of ``grpospec.CountingConfig``.
     Returns:
-      ``{metric: array}`` for each of ``grpospec.METRIC_NAMES``, shape (steps,), or
+      ``{metric: array}`` for each of ``cfg.metric_names``, shape (steps,), or
       (n_seeds, steps) with ``seeds``; ``mean_reward`` is taken before each update.
     """
     cfg = CountingConfig(steps=steps, **overrides)
@@ -393,7 +398,7 @@ def train_counting(seed: int = 0, steps: int = 80, *, seeds: int | Sequence[int]
         seed_list = seeds_to_list(seed, seeds)
         keys = jax.vmap(jax.random.key)(jnp.asarray(seed_list, jnp.uint32))
         _, metrics = _compiled_train(cfg, True)(keys)
-    return {k: np.asarray(metrics[k]) for k in METRIC_NAMES}
+    return {k: np.asarray(metrics[k]) for k in cfg.metric_names}
 
 
 def seeds_to_list(seed: int, seeds: int | Sequence[int]) -> list[int]:

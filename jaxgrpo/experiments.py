@@ -52,8 +52,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             base=dict(steps=100, learning_rate=0.1, inner_epochs=4, beta=0.0),
             arms={"symmetric 0.2": dict(clip_eps=0.2),
                   "clip-higher 0.2/0.28": dict(clip_eps=0.2, clip_eps_high=0.28)},
-            panels=("entropy", "mean_reward", "clip_frac"),
-            table=("entropy", "mean_reward", "clip_frac"),
+            panels=("entropy", "mean_reward", "clip_ratio/region_mean"),
+            table=("entropy", "mean_reward", "clip_ratio/region_mean"),
         ),
         Experiment(
             name="zero-signal",
@@ -62,8 +62,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             base=dict(task="sparse", completion_length=4, steps=150),
             arms={"no dynamic sampling": dict(),
                   "dynamic sampling x4": dict(dynamic_sampling=True, oversample=4)},
-            panels=("mean_reward", "zero_var_frac", "ds_filled"),
-            table=("mean_reward", "zero_var_frac", "ds_filled"),
+            panels=("mean_reward", "frac_reward_zero_std", "ds_filled"),
+            table=("mean_reward", "frac_reward_zero_std", "ds_filled"),
             per_token=True,
         ),
         Experiment(
@@ -73,7 +73,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             base=dict(steps=80),
             arms={"GRPO": dict(estimator="grpo"), "Dr. GRPO": dict(estimator="dr_grpo"),
                   "RLOO": dict(estimator="rloo"), "PPO + GAE": dict(estimator="gae")},
-            panels=("mean_reward", "entropy", "zero_var_frac"),
+            panels=("mean_reward", "entropy", "frac_reward_zero_std"),
             table=("mean_reward", "entropy"),
             per_token=True,
         ),
@@ -103,8 +103,11 @@ def table_markdown(exp: Experiment, results: dict[str, RunResult]) -> str:
     lines = ["| arm | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for arm, r in results.items():
         cells = []
-        for series in [seed_means(r.metrics[m], LAST) for m in exp.table] + [
-                seed_means(r.metrics["mean_reward"])]:
+        for series in [seed_means(r.metrics[m], LAST) if m in r.metrics else None
+                       for m in exp.table] + [seed_means(r.metrics["mean_reward"])]:
+            if series is None:  # the arm does not log this metric (e.g. ds_* without DS)
+                cells.append("n/a")
+                continue
             mean, lo, hi = mean_ci(series)
             cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
@@ -123,6 +126,8 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
     fig, axes = plt.subplots(1, n_panels, figsize=(4.3 * n_panels, 3.4), squeeze=False)
     for ax, metric in zip(axes[0], exp.panels, strict=False):
         for arm, r in results.items():
+            if metric not in r.metrics:
+                continue
             mean, lo, hi = mean_ci(r.metrics[metric])
             steps = np.arange(len(mean))
             ax.plot(steps, mean, label=arm)

@@ -26,7 +26,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-from grpospec import METRIC_NAMES
 from grpospec.lm import END, PAD, LMConfig
 from jaxgrpo.advantages import estimator_advantages
 from jaxgrpo.counting import (
@@ -44,7 +43,7 @@ from jaxgrpo.lm_tasks import (
     task_reward,
 )
 from jaxgrpo.loss import (
-    clip_fraction,
+    clip_metrics,
     grpo_loss,
     k3_kl,
     masked_aggregate,
@@ -230,8 +229,9 @@ def grpo_update(model: Qwen2, optimizer: nnx.Optimizer, ref_model: Qwen2, proble
 
     ``prepare_update``, then ``cfg.inner_epochs`` full-batch optimizer steps of
     ``lm_loss`` (``_update_epoch`` under ``lax.scan``). Rows are laid out group by group.
-    Returns ``loss``, ``clip_frac``, ``kl`` and ``entropy`` of the last inner epoch,
-    before its update. Same computation as ``torchref.lm.grpo_update``.
+    Returns ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``), ``kl`` and
+    ``entropy`` of the last inner epoch, before its update. Same computation as
+    ``torchref.lm.grpo_update``.
     """
     inputs = prepare_update(model, ref_model, problems, completions, cfg)
     graphdef, state = nnx.split((model, optimizer))
@@ -248,8 +248,8 @@ def grpo_update(model: Qwen2, optimizer: nnx.Optimizer, ref_model: Qwen2, proble
     nnx.update((model, optimizer), state)
     logp_new, entropy = logp_new[-1], entropy[-1]
     return {
-        "clip_frac": clip_fraction(logp_new, inputs.logp_old, inputs.mask, cfg.clip_eps,
-                                   cfg.clip_eps_high, cfg.importance_level),
+        **clip_metrics(logp_new, inputs.logp_old, inputs.adv, inputs.mask, cfg.clip_eps,
+                       cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip),
         "kl": masked_mean(k3_kl(logp_new, inputs.logp_ref), inputs.mask),
         "entropy": masked_mean(entropy, inputs.mask),
         "loss": losses[-1],
@@ -289,7 +289,7 @@ class RunnerState(NamedTuple):
 def make_train(cfg: LMConfig, batch_sharding: jax.sharding.Sharding | None = None):
     """Returns ``train(key) -> (final (policy, optimizer) state, metrics)``.
 
-    ``metrics`` maps each of ``grpospec.METRIC_NAMES`` to an array of shape (steps,).
+    ``metrics`` maps each of ``cfg.metric_names`` to an array of shape (steps,).
     ``train`` is pure: jit it, vmap it over keys for many seeds. ``batch_sharding``
     constrains each step's rows (whole groups) along their leading axis, as in
     ``jaxgrpo.counting.make_train`` (``jaxgrpo.sharding``).
@@ -321,7 +321,8 @@ def make_train(cfg: LMConfig, batch_sharding: jax.sharding.Sharding | None = Non
             else:  # the pool is the batch
                 kept = jnp.arange(cfg.n_prompts)
                 batch, batch_completions = problems, completions
-            metrics = rollout_stats(rewards, mask, correct, lengths, cfg.group_size, kept)
+            metrics = rollout_stats(rewards, mask, correct, lengths, cfg.group_size,
+                                    kept if cfg.dynamic_sampling else None)
             batch, batch_completions = _constrain((batch, batch_completions), batch_sharding)
             metrics.update(grpo_update(model, optimizer, ref_model, batch, batch_completions,
                                        cfg))
@@ -351,7 +352,7 @@ def train_lm(seed: int = 0, steps: int | None = None, *,
         ``seed .. seed + S - 1``) or a sequence of seeds.
       **overrides: any other field of ``grpospec.lm.LMConfig``.
     Returns:
-      ``{metric: array}`` for each of ``grpospec.METRIC_NAMES``, shape (steps,), or
+      ``{metric: array}`` for each of ``cfg.metric_names``, shape (steps,), or
       (n_seeds, steps) with ``seeds``; ``mean_reward`` is taken before each update (at
       step 0: the base model's).
     """
@@ -361,4 +362,4 @@ def train_lm(seed: int = 0, steps: int | None = None, *,
     else:
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds_to_list(seed, seeds), jnp.uint32))
         _, metrics = _compiled_train(cfg, True)(keys)
-    return {k: np.asarray(metrics[k]) for k in METRIC_NAMES}
+    return {k: np.asarray(metrics[k]) for k in cfg.metric_names}

@@ -6,12 +6,10 @@ Masked positions may hold anything (inf, NaN): every input is replaced by 0 ther
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
-from grpospec import AGG_MODES, check_grpo_loss, check_same_shape
+from grpospec import AGG_MODES, check_grpo_loss, check_same_shape, scalar_or_none
 from jaxgrpo._arrays import as_array, as_float_array
 
 
@@ -50,35 +48,62 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(valid, x, 0)) / jnp.maximum(jnp.sum(valid), 1)
 
 
-@functools.partial(jax.jit, static_argnames=("agg", "importance_level", "use_dual_clip",
-                                             "max_len"))
+def sequence_log_ratio(log_ratio: jax.Array, valid: jax.Array) -> jax.Array:
+    """GSPO's per-sequence log-ratio ``mean_t(log_ratio)`` over valid tokens, broadcast to
+    (N, T); masked positions must already hold 0. A row without valid tokens gets 0.
+
+    >>> import jax.numpy as jnp
+    >>> sequence_log_ratio(jnp.array([[0.5, 0.25, 0.0]]), jnp.array([[1, 1, 0]])).tolist()
+    [[0.375, 0.375, 0.375]]
+    """
+    w = valid.astype(log_ratio.dtype)
+    seq = jnp.sum(log_ratio, axis=1, keepdims=True) / jnp.maximum(
+        jnp.sum(w, axis=1, keepdims=True), 1)
+    return jnp.broadcast_to(seq, log_ratio.shape)
+
+
+def _masked_log_ratio(logp_new, logp_old, valid, importance_level):
+    """``new - old`` at valid tokens (0 elsewhere, before any exponential), per token or,
+    for ``importance_level="sequence"``, its sequence mean."""
+    dtype = logp_new.dtype
+    new = jnp.where(valid, logp_new, 0)
+    old = jnp.where(valid, jax.lax.stop_gradient(logp_old).astype(dtype), 0)
+    log_ratio = new - old
+    if importance_level == "sequence":
+        log_ratio = sequence_log_ratio(log_ratio, valid)
+    return log_ratio
+
+
 def _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high,
-               use_dual_clip, dual_clip, importance_level, max_len):
+               use_dual_clip, dual_clip, importance_level, max_len, use_kl):
     valid = mask != 0
     dtype = logp_new.dtype
     w = valid.astype(dtype)
     new = jnp.where(valid, logp_new, 0)
-    old = jnp.where(valid, jax.lax.stop_gradient(logp_old).astype(dtype), 0)
-    ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 0)
     a = jax.lax.stop_gradient(adv).astype(dtype)
     a = a[:, None] if a.ndim == 1 else jnp.where(valid, a, 0)
 
-    log_ratio = new - old
-    if importance_level == "sequence":
-        seq = jnp.sum(log_ratio, axis=1, keepdims=True) / jnp.maximum(
-            jnp.sum(w, axis=1, keepdims=True), 1)
-        log_ratio = jnp.broadcast_to(seq, new.shape)
-    ratio = jnp.exp(log_ratio)
+    ratio = jnp.exp(_masked_log_ratio(logp_new, logp_old, valid, importance_level))
     surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - clip_eps, 1 + eps_high) * a)
     if use_dual_clip:
         surrogate = jnp.where(a < 0, jnp.maximum(surrogate, dual_clip * a), surrogate)
-    per_token = jnp.where(valid, -(surrogate - beta * k3_kl(new, ref)), 0)
+    per_token = -surrogate
+    if use_kl:  # statically absent when beta == 0: 0 * inf would be NaN
+        ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 0)
+        ref = jnp.where(beta != 0, ref, jax.lax.stop_gradient(new))  # traced beta 0: k3 = 0
+        per_token = per_token + beta * k3_kl(new, ref)
+    per_token = jnp.where(valid, per_token, 0)
 
     if agg == "token":
         return jnp.sum(per_token) / jnp.maximum(jnp.sum(w), 1)
     if agg == "seq":
         return jnp.mean(jnp.sum(per_token, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1))
     return jnp.sum(per_token) / (new.shape[0] * (new.shape[1] if max_len is None else max_len))
+
+
+# jit applied by assignment, not as a decorator, so the mutation tester can mutate the body
+_grpo_loss_jit = jax.jit(_grpo_loss, static_argnames=("agg", "importance_level", "use_dual_clip",
+                                                      "max_len", "use_kl"))
 
 
 def grpo_loss(
@@ -110,9 +135,12 @@ def grpo_loss(
     ``importance_level="sequence"`` (GSPO) replaces each token's ratio by its sequence's
     length-normalised ratio ``exp(mean_t(new - old))``, clipped per sequence.
 
-    ``logp_old``, ``logp_ref`` and ``adv`` are constants (``stop_gradient``). ``agg``,
-    ``importance_level``, ``max_len`` and whether ``dual_clip`` is set are static; the rest
-    may be traced, so the function works under ``jax.jit``/``vmap``.
+    ``logp_old``, ``logp_ref`` and ``adv`` are constants (``stop_gradient``): their
+    gradients are exactly 0. With ``beta == 0`` the KL term is absent (not ``0 * k3``,
+    which is NaN once ``ref - new`` overflows ``exp``); a ``beta`` known when the call is
+    made (a Python number) removes it statically, a traced ``beta`` of 0 makes it exactly 0.
+    ``agg``, ``importance_level``, ``max_len`` and whether ``dual_clip`` is set are
+    static; the rest may be traced, so the function works under ``jax.jit``/``vmap``.
     Degenerate cases: a row with no valid token contributes 0 to the ``"seq"`` mean (it
     still counts in the number of rows, as in TRL); a batch with no valid token at all
     gives a loss of exactly 0 with zero gradient.
@@ -144,9 +172,11 @@ def grpo_loss(
     check_grpo_loss(logp_new.shape, logp_old.shape, logp_ref.shape, adv.shape, mask.shape,
                     clip_eps, beta, agg, clip_eps_high, dual_clip, importance_level, max_len)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    return _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high,
-                      dual_clip is not None, 0.0 if dual_clip is None else dual_clip,
-                      importance_level, None if max_len is None else int(max_len))
+    b = scalar_or_none(beta)
+    return _grpo_loss_jit(logp_new, logp_old, logp_ref, adv, mask, clip_eps, beta, agg, eps_high,
+                          dual_clip is not None, 0.0 if dual_clip is None else dual_clip,
+                          importance_level, None if max_len is None else int(max_len),
+                          use_kl=b is None or b != 0)
 
 
 def value_loss(values: jax.Array, returns: jax.Array, mask: jax.Array) -> jax.Array:
@@ -166,26 +196,68 @@ def value_loss(values: jax.Array, returns: jax.Array, mask: jax.Array) -> jax.Ar
     return 0.5 * masked_mean(err**2, mask)
 
 
-def clip_fraction(
+def clip_metrics(
     logp_new: jax.Array,
     logp_old: jax.Array,
+    adv: jax.Array,
     mask: jax.Array,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     importance_level: str = "token",
-) -> jax.Array:
-    """Share of valid tokens whose ratio lies outside the clip band (the token's own ratio,
-    or with ``importance_level="sequence"`` its sequence's length-normalised ratio)."""
+    dual_clip: float | None = None,
+) -> dict[str, jax.Array]:
+    """Where clipping binds, as shares of the valid tokens (TRL's and verl's metrics).
+
+    With the ratio of ``grpo_loss`` (per token, or per sequence for GSPO) and ``A`` the
+    token's advantage:
+
+    * ``clip_ratio/low_mean``: ``A < 0`` and ``ratio < 1 - eps_low`` (the lower clip
+      binds: the token's gradient is 0);
+    * ``clip_ratio/high_mean``: ``A > 0`` and ``ratio > 1 + eps_high``;
+    * ``clip_ratio/region_mean``: either (TRL's name; verl's ``pg_clipfrac``);
+    * ``pg_clipfrac_lower`` (verl's name, only with ``dual_clip = c``): ``A < 0`` and
+      ``ratio > c``, where the dual-clip bound binds.
+
+    A ratio outside the band with the other sign of ``A`` is not clipped (the ``min``
+    picks the unclipped term) and is not counted.
+
+    >>> import jax.numpy as jnp
+    >>> m = clip_metrics(jnp.log(jnp.array([[1.5, 0.5, 1.5]])), jnp.zeros((1, 3)),
+    ...                  jnp.array([[1.0, -1.0, -1.0]]), jnp.ones((1, 3)))
+    >>> [round(float(m[k]), 4) for k in ("clip_ratio/low_mean", "clip_ratio/high_mean",
+    ...                                  "clip_ratio/region_mean")]
+    [0.3333, 0.3333, 0.6667]
+    """
+    logp_new, logp_old = as_float_array("logp_new", logp_new), as_array("logp_old", logp_old)
+    adv, mask = as_array("adv", adv), as_array("mask", mask)
+    check_grpo_loss(logp_new.shape, logp_old.shape, logp_new.shape, adv.shape, mask.shape,
+                    clip_eps, 0.0, "token", clip_eps_high, dual_clip, importance_level)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    return _clip_metrics_jit(logp_new, logp_old, adv, mask, clip_eps, eps_high,
+                             importance_level, dual_clip is not None,
+                             0.0 if dual_clip is None else dual_clip)
+
+
+def _clip_metrics(logp_new, logp_old, adv, mask, clip_eps, eps_high, importance_level,
+                  use_dual_clip, dual_clip):
     valid = mask != 0
-    log_ratio = jnp.where(valid, logp_new - logp_old, 0)
-    if importance_level == "sequence":
-        w = valid.astype(log_ratio.dtype)
-        seq = jnp.sum(log_ratio, 1, keepdims=True) / jnp.maximum(jnp.sum(w, 1, keepdims=True), 1)
-        log_ratio = jnp.broadcast_to(seq, log_ratio.shape)
-    ratio = jnp.exp(log_ratio)
-    outside = (ratio < 1 - clip_eps) | (ratio > 1 + eps_high)
-    return masked_mean(outside.astype(logp_new.dtype), mask)
+    dtype = jnp.promote_types(logp_new.dtype, jnp.float32)
+    ratio = jnp.exp(_masked_log_ratio(logp_new.astype(dtype), logp_old, valid,
+                                      importance_level))
+    a = adv.astype(dtype)
+    a = a[:, None] if a.ndim == 1 else a
+    low = (ratio < 1 - clip_eps) & (a < 0)
+    high = (ratio > 1 + eps_high) & (a > 0)
+    out = {"clip_ratio/low_mean": masked_mean(low.astype(dtype), mask),
+           "clip_ratio/high_mean": masked_mean(high.astype(dtype), mask),
+           "clip_ratio/region_mean": masked_mean((low | high).astype(dtype), mask)}
+    if use_dual_clip:
+        out["pg_clipfrac_lower"] = masked_mean(((ratio > dual_clip) & (a < 0)).astype(dtype),
+                                               mask)
+    return out
+
+
+_clip_metrics_jit = jax.jit(_clip_metrics, static_argnames=("importance_level", "use_dual_clip"))
 
 
 def masked_aggregate(x: jax.Array, mask: jax.Array, agg: str = "token",

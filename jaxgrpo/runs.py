@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grpospec import METRIC_NAMES, CountingConfig
+from grpospec import CountingConfig
 
 IMPLS = ("jax", "torch")
 
@@ -74,7 +74,7 @@ def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
         if on_seed_done is not None:
             for s in seeds:
                 on_seed_done(s)
-        return RunResult(impl, seeds, {k: np.asarray(metrics[k]) for k in METRIC_NAMES},
+        return RunResult(impl, seeds, {k: np.asarray(metrics[k]) for k in cfg.metric_names},
                          t1 - t0, t2 - t1)
     import torchref
 
@@ -85,7 +85,7 @@ def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
         if on_seed_done is not None:
             on_seed_done(s)
     run_s = time.perf_counter() - t0
-    return RunResult(impl, seeds, {k: np.stack([m[k] for m in per_seed]) for k in METRIC_NAMES},
+    return RunResult(impl, seeds, {k: np.stack([m[k] for m in per_seed]) for k in cfg.metric_names},
                      0.0, run_s)
 
 

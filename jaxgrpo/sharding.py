@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from grpospec import METRIC_NAMES, CountingConfig, check_positive_int
+from grpospec import CountingConfig, check_positive_int
 from grpospec.lm import LMConfig
 
 
@@ -88,4 +88,4 @@ def train_counting_sharded(cfg: CountingConfig | LMConfig, seeds: list[int], mes
     check_mesh_fits(cfg, len(seeds), mesh)
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     state, metrics = sharded_train(cfg, mesh)(keys)
-    return state, {k: np.asarray(metrics[k]) for k in METRIC_NAMES}
+    return state, {k: np.asarray(metrics[k]) for k in cfg.metric_names}

@@ -13,7 +13,7 @@ from flax import nnx
 
 import jaxgrpo
 import torchref
-from grpospec import END_TOKEN, METRIC_NAMES, CountingConfig
+from grpospec import END_TOKEN, CountingConfig
 
 V, L = 8, 5
 
@@ -34,6 +34,7 @@ def _torch_policy(seed: int, cfg: CountingConfig | None = None) -> torchref.Coun
     return policy
 
 
+@pytest.mark.parity
 def test_weights_convert_both_ways_and_give_the_same_logits_on_every_input():
     prompts, completions = _all_inputs()
     t_policy = _torch_policy(0)
@@ -142,6 +143,7 @@ VARIANTS = {
 }
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_one_grpo_update_leaves_the_same_parameters(name):
     """Identical weights and rollouts (sampled once, fed to both): reward, advantages,
@@ -167,16 +169,27 @@ def test_one_grpo_update_leaves_the_same_parameters(name):
         np.testing.assert_allclose(after_jax[key].numpy(), tensor.numpy(), atol=1e-5,
                                    err_msg=key)
     assert set(j_metrics) == set(t_metrics)
+    # An advantage that is 0 in exact arithmetic can come out as 0 in one framework and
+    # -3e-9 in the other (RLOO of tied rewards): such a sequence's tokens may count as
+    # clipped in one of them only, so the clip shares may differ by their share.
+    from torchref.counting import _advantages
+
+    rewards, mask, _, lengths = torchref.task_reward(cfg.task, prompts, completions)
+    adv = _advantages(cfg, t_policy, prompts, completions, rewards, mask, lengths)[0]
+    adv = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv
+    tied_share = float(((adv.abs() < 1e-6) & (mask != 0)).sum() / mask.sum())
     for k in t_metrics:
-        np.testing.assert_allclose(float(j_metrics[k]), float(t_metrics[k]), atol=1e-5,
+        atol = 1e-5 + (tied_share if k.startswith(("clip_ratio", "pg_clipfrac")) else 0)
+        np.testing.assert_allclose(float(j_metrics[k]), float(t_metrics[k]), atol=atol,
                                    err_msg=k)
     if name.startswith("seq") or name.startswith("rloo"):
-        assert t_metrics["clip_frac"] > 0  # the later epochs are off-policy: clipping acted
+        # the later epochs are off-policy: clipping acted
+        assert t_metrics["clip_ratio/region_mean"] > 0
 
     kept = torch.arange(cfg.n_prompts)
     t_roll = torchref.rollout_metrics(cfg, prompts, completions, kept)
     j_roll = jaxgrpo.rollout_metrics(cfg, j_prompts, j_completions, jnp.arange(cfg.n_prompts))
-    assert set(t_roll) | set(t_metrics) == set(METRIC_NAMES)
+    assert set(t_roll) | set(t_metrics) == set(cfg.metric_names)
     for k in t_roll:
         np.testing.assert_allclose(float(j_roll[k]), float(t_roll[k]), atol=1e-5, err_msg=k)
 
@@ -213,7 +226,8 @@ def test_jax_learns_on_several_seeds_at_once():
     assert reward.shape == (4, 80)
     assert np.all(reward[:, 0] < 0.3)
     assert np.all(reward[:, -5:].mean(axis=1) > 0.7), reward[:, -5:].mean(axis=1)
-    for k in METRIC_NAMES:
+    assert set(metrics) == set(CountingConfig().metric_names)
+    for k in metrics:
         assert metrics[k].shape == (4, 80), k
         if k not in ("len_correct", "len_incorrect"):
             assert np.all(np.isfinite(metrics[k])), k
@@ -232,7 +246,7 @@ def test_torch_learns_on_several_seeds(seed):
 def test_vmapped_seed_equals_the_single_run():
     single = jaxgrpo.train_counting(seed=5, steps=20)
     batched = jaxgrpo.train_counting(seed=0, steps=20, seeds=[9, 5])
-    for k in METRIC_NAMES:
+    for k in single:
         np.testing.assert_allclose(batched[k][1], single[k], rtol=1e-5, atol=1e-6, err_msg=k)
     assert not np.allclose(batched["mean_reward"][0], single["mean_reward"])
 

@@ -95,7 +95,6 @@ def chat_prompts(tokenizer, problems: list[Problem]) -> list[str]:
             for p in problems]
 
 
-@torch.no_grad()
 def sample_rollouts(model, tokenizer, problems: list[Problem], group_size: int,
                     max_new_tokens: int, stop_ids: list[int], device: torch.device,
                     greedy: bool = False) -> Rollouts:
@@ -114,8 +113,9 @@ def sample_rollouts(model, tokenizer, problems: list[Problem], group_size: int,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
-    out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
-                         generation_config=gen_cfg)
+    with torch.no_grad():
+        out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
+                             generation_config=gen_cfg)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0

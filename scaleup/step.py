@@ -17,7 +17,7 @@ from scaleup.config import TrainConfig
 from scaleup.distributed import all_reduce, rank_share, world_size
 from scaleup.logprobs import completion_logprobs, trim
 from scaleup.rollout import Rollouts, sample_rollouts
-from torchref import clip_fraction, group_advantages, grpo_loss, k3_kl
+from torchref import clip_metrics, group_advantages, grpo_loss, k3_kl
 
 
 @dataclass
@@ -45,6 +45,9 @@ class Batch:
             return None if x is None else x[start:stop]
         return Batch(s(self.prompt_ids), s(self.prompt_mask), s(self.completion_ids),
                      s(self.mask), s(self.adv), s(self.logp_old), s(self.logp_ref))
+
+
+CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 
 def micro_batches(n: int, size: int) -> list[tuple[int, int]]:
@@ -146,7 +149,8 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
     normaliser = loss_normaliser(total, cfg.agg)
     n_valid = max(global_count(total, "token"), 1.0)
     k = world_size()
-    sums = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "max_abs_log_ratio": 0.0}
+    sums = {"loss": 0.0, **dict.fromkeys(CLIP_KEYS, 0.0), "entropy": 0.0, "kl": 0.0,
+            "max_abs_log_ratio": 0.0}
     spans = micro_batches(len(batch), cfg.micro_batch_size)
     for i, (start, stop) in enumerate(spans):
         mb = batch.rows(start, stop)
@@ -163,8 +167,10 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
             tok_w = float((mb.mask != 0).sum()) / n_valid
             valid = mb.mask != 0
             sums["loss"] += float(loss.detach()) * w / k
-            sums["clip_frac"] += float(clip_fraction(logp_new, mb.logp_old, mb.mask,
-                                                     cfg.clip_eps, cfg.clip_eps_high)) * tok_w
+            clip = clip_metrics(logp_new, mb.logp_old, mb.adv, mb.mask, cfg.clip_eps,
+                                cfg.clip_eps_high)
+            for key in CLIP_KEYS:
+                sums[key] += float(clip[key]) * tok_w
             sums["entropy"] += float(ent[valid].sum()) / n_valid
             if mb.logp_ref is not None:
                 sums["kl"] += float(k3_kl(logp_new[valid], mb.logp_ref[valid]).sum()) / n_valid
@@ -172,7 +178,7 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
             if diff.numel():
                 sums["max_abs_log_ratio"] = max(sums["max_abs_log_ratio"], float(diff.max()))
     if k > 1:
-        names = ("loss", "clip_frac", "entropy", "kl")
+        names = ("loss", *CLIP_KEYS, "entropy", "kl")
         sums.update(zip(names, all_reduce([sums[n] for n in names], device=total.device),
                         strict=True))
         sums["max_abs_log_ratio"] = all_reduce([sums["max_abs_log_ratio"]], "max",
@@ -234,15 +240,15 @@ def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
     metrics = {
         "step": step,
         "mean_reward": reward_sum / n_rows,
-        "zero_var_frac": zero_var_groups / n_groups,
+        "frac_reward_zero_std": zero_var_groups / n_groups,
         "len_correct": len_correct / n_correct if n_correct else float("nan"),
         "len_incorrect": len_incorrect / n_incorrect if n_incorrect else float("nan"),
         "truncated_frac": n_truncated / n_rows,
         "sample_tokens_per_s": tokens_per_s,
         "trained_rows": int(trained_rows),
     }
-    stats = {"loss": float("nan"), "clip_frac": float("nan"), "entropy": float("nan"),
-             "kl": float("nan"), "max_abs_log_ratio": float("nan")}
+    stats = dict.fromkeys(("loss", *CLIP_KEYS, "entropy", "kl", "max_abs_log_ratio"),
+                          float("nan"))
     if trained_rows:  # some rank has rows to train: every rank takes part in the update
         stats = _update(model, optimizer, batch if len(batch) else zero_weight_row(full), cfg,
                         ddp)

@@ -29,8 +29,8 @@ from scaleup.step import grpo_step
 from scaleup.tasks import make_task
 
 LOG_NAME = "log.jsonl"
-CONSOLE_KEYS = ("mean_reward", "zero_var_frac", "len_correct", "len_incorrect",
-                "truncated_frac", "entropy", "clip_frac", "kl", "step_time_s",
+CONSOLE_KEYS = ("mean_reward", "frac_reward_zero_std", "len_correct", "len_incorrect",
+                "truncated_frac", "entropy", "clip_ratio/region_mean", "kl", "step_time_s",
                 "sample_tokens_per_s", "peak_mem_gb")
 
 

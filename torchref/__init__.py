@@ -13,7 +13,7 @@ from torchref.counting import (
     train_counting,
 )
 from torchref.loss import (
-    clip_fraction,
+    clip_metrics,
     grpo_loss,
     k3_kl,
     masked_mean,
@@ -23,7 +23,7 @@ from torchref.loss import (
 
 __all__ = [
     "CounterPolicy",
-    "clip_fraction",
+    "clip_metrics",
     "counting_reward",
     "exact_policy_gradient",
     "gae_advantages",

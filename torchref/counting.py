@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from grpospec import COMPLETION_LENGTH, END_TOKEN, METRIC_NAMES, VOCAB_SIZE, CountingConfig
+from grpospec import COMPLETION_LENGTH, END_TOKEN, VOCAB_SIZE, CountingConfig
 from torchref.advantages import estimator_advantages
 from torchref.loss import (
-    clip_fraction,
+    clip_metrics,
     grpo_loss,
     k3_kl,
     masked_mean,
@@ -63,16 +63,16 @@ class CounterPolicy(nn.Module):
         prev = previous_tokens(prompts, completions)
         return self.value[torch.arange(prev.shape[1])[None, :], prev]
 
-    @torch.no_grad()
     def sample(self, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Sample completions (B, L) token by token from the policy itself, by the inverse
-        CDF (``torchref.sampling.categorical_icdf``): one uniform per token."""
+        """Sample completions (B, L) token by token from the policy itself (no grad), by the
+        inverse CDF (``torchref.sampling.categorical_icdf``): one uniform per token."""
         uniforms = torch.rand((self.length, prompts.shape[0]), generator=generator)
         prev = prompts
         out = []
-        for t in range(self.length):
-            prev = categorical_icdf(uniforms[t], self.step_logits(prev, t))
-            out.append(prev)
+        with torch.no_grad():
+            for t in range(self.length):
+                prev = categorical_icdf(uniforms[t], self.step_logits(prev, t))
+                out.append(prev)
         return torch.stack(out, dim=1)
 
 
@@ -157,8 +157,8 @@ def grpo_update(
     """One GRPO step on given rollouts: reward, advantages, ``inner_epochs`` Adam steps.
 
     ``prompts`` (B*G,) and ``completions`` (B*G, L) are laid out group by group. Returns
-    the update's metrics: ``loss``, ``clip_frac``, ``kl`` and ``entropy`` are those of the
-    last inner epoch, before its update.
+    the update's metrics: ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``), ``kl``
+    and ``entropy`` are those of the last inner epoch, before its update.
     """
     rewards, mask, _, lengths = task_reward(cfg.task, prompts, completions)
     adv, returns = _advantages(cfg, policy, prompts, completions, rewards, mask, lengths)
@@ -179,8 +179,8 @@ def grpo_update(
         optimizer.step()
     with torch.no_grad():
         return {
-            "clip_frac": clip_fraction(logp_new, logp_old, mask, cfg.clip_eps,
-                                       cfg.clip_eps_high, cfg.importance_level),
+            **clip_metrics(logp_new, logp_old, adv, mask, cfg.clip_eps, cfg.clip_eps_high,
+                           cfg.importance_level, cfg.dual_clip),
             "kl": masked_mean(k3_kl(logp_new, logp_ref), mask),
             "entropy": masked_mean(token_entropy(logits), mask),
             "loss": loss.detach(),
@@ -190,29 +190,34 @@ def grpo_update(
 def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: torch.Tensor,
                     kept: torch.Tensor) -> dict[str, torch.Tensor]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
-    return rollout_stats(*task_reward(cfg.task, prompts, completions), cfg.group_size, kept)
+    return rollout_stats(*task_reward(cfg.task, prompts, completions), cfg.group_size,
+                         kept if cfg.dynamic_sampling else None)
 
 
 def rollout_stats(rewards: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor,
-                  lengths: torch.Tensor, group_size: int, kept: torch.Tensor
+                  lengths: torch.Tensor, group_size: int, kept: torch.Tensor | None
                   ) -> dict[str, torch.Tensor]:
     """Metrics of a sampled pool (rewards (N,), mask (N, T), correct (N,), lengths (N,),
-    laid out group by group) and of the groups ``kept`` for training (any task)."""
+    laid out group by group), for any task; with dynamic sampling, ``kept`` holds the
+    groups chosen for training and the ``ds_*`` metrics are added (``None``: without)."""
     grouped = rewards.view(-1, group_size)
     zero_var = grouped.amax(1) == grouped.amin(1)
     lengths, c = lengths.float(), correct.float()
     nan = torch.tensor(float("nan"))
-    return {
+    metrics = {
         "mean_reward": rewards.mean(),
-        "zero_var_frac": zero_var.float().mean(),
+        "frac_reward_zero_std": zero_var.float().mean(),
         "correct_frac": c.mean(),
         "mean_length": lengths.mean(),
         "len_correct": (lengths * c).sum() / c.sum() if c.sum() > 0 else nan,
         "len_incorrect": (lengths * (1 - c)).sum() / (1 - c).sum() if c.sum() < len(c) else nan,
         "sampled_tokens": mask.sum(),
-        "ds_dropped": (zero_var.sum() - zero_var[kept].sum()).float(),
-        "ds_filled": (~zero_var[kept].any()).float(),
     }
+    if kept is not None:
+        filled = zero_var[kept].sum()  # zero-variance groups that had to fill the batch
+        metrics["ds_dropped"] = (zero_var.sum() - filled).float()
+        metrics["ds_filled"] = filled.float()
+    return metrics
 
 
 def group_rows(kept: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -228,7 +233,7 @@ def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, 
       steps: GRPO steps.
       **overrides: any other field of ``grpospec.CountingConfig``.
     Returns:
-      ``{metric: array of shape (steps,)}`` for each of ``grpospec.METRIC_NAMES``;
+      ``{metric: array of shape (steps,)}`` for each of ``cfg.metric_names``;
       ``mean_reward`` is that step's rollouts' reward, before the update.
     """
     cfg = CountingConfig(steps=steps, **overrides)
@@ -239,7 +244,7 @@ def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, 
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
     pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
-    history: dict[str, list[float]] = {k: [] for k in METRIC_NAMES}
+    history: dict[str, list[float]] = {k: [] for k in cfg.metric_names}
     for _ in range(cfg.steps):
         prompts = torch.randint(0, VOCAB_SIZE, (pool,), generator=gen)
         prompts = prompts.repeat_interleave(cfg.group_size)
@@ -250,6 +255,6 @@ def train_counting(seed: int = 0, steps: int = 80, **overrides) -> Mapping[str, 
         rows = group_rows(kept, cfg.group_size)
         metrics.update(grpo_update(policy, ref_policy, optimizer, prompts[rows],
                                    completions[rows], cfg))
-        for k in METRIC_NAMES:
+        for k in cfg.metric_names:
             history[k].append(float(metrics[k]))
     return {k: np.asarray(v) for k, v in history.items()}

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from grpospec import METRIC_NAMES
 from grpospec.lm import END, PAD, LMConfig, ModelSizes
 from torchref.advantages import estimator_advantages
 from torchref.counting import group_rows, rollout_stats, select_groups, token_entropy
@@ -31,7 +30,7 @@ from torchref.lm_tasks import (
     task_reward,
 )
 from torchref.loss import (
-    clip_fraction,
+    clip_metrics,
     grpo_loss,
     k3_kl,
     masked_aggregate,
@@ -256,8 +255,8 @@ def grpo_update(policy: PolicyLM, ref_policy: PolicyLM, optimizer: torch.optim.O
                 problems: Problems, completions: torch.Tensor, cfg: LMConfig
                 ) -> dict[str, torch.Tensor]:
     """One GRPO step on given rollouts: ``prepare_update``, then ``inner_epochs`` Adam
-    steps of ``lm_loss``. Returns ``loss``, ``clip_frac``, ``kl`` and ``entropy`` of the
-    last inner epoch, before its update."""
+    steps of ``lm_loss``. Returns ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``),
+    ``kl`` and ``entropy`` of the last inner epoch, before its update."""
     inputs = prepare_update(policy, ref_policy, problems, completions, cfg)
     for _ in range(cfg.inner_epochs):
         loss, (logp_new, entropy) = lm_loss(policy, problems, completions, inputs, cfg)
@@ -268,8 +267,8 @@ def grpo_update(policy: PolicyLM, ref_policy: PolicyLM, optimizer: torch.optim.O
         optimizer.step()
     with torch.no_grad():
         return {
-            "clip_frac": clip_fraction(logp_new, inputs.logp_old, inputs.mask, cfg.clip_eps,
-                                       cfg.clip_eps_high, cfg.importance_level),
+            **clip_metrics(logp_new, inputs.logp_old, inputs.adv, inputs.mask, cfg.clip_eps,
+                           cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip),
             "kl": masked_mean(k3_kl(logp_new, inputs.logp_ref), inputs.mask),
             "entropy": masked_mean(entropy.detach(), inputs.mask),
             "loss": loss.detach(),
@@ -292,7 +291,7 @@ def train_lm(seed: int = 0, steps: int | None = None, **overrides) -> dict[str, 
       steps: GRPO steps (default ``LMConfig``'s).
       **overrides: any other field of ``grpospec.lm.LMConfig``.
     Returns:
-      ``{metric: array of shape (steps,)}`` for each of ``grpospec.METRIC_NAMES``.
+      ``{metric: array of shape (steps,)}`` for each of ``cfg.metric_names``.
     """
     cfg = LMConfig(**overrides) if steps is None else LMConfig(steps=steps, **overrides)
     policy = base_model(cfg, seed if cfg.base_seed is None else cfg.base_seed)
@@ -300,7 +299,7 @@ def train_lm(seed: int = 0, steps: int | None = None, **overrides) -> dict[str, 
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
     gen = torch.Generator().manual_seed(int(seed))
     pool = cfg.n_prompts * (cfg.oversample if cfg.dynamic_sampling else 1)
-    history: dict[str, list[float]] = {k: [] for k in METRIC_NAMES}
+    history: dict[str, list[float]] = {k: [] for k in cfg.metric_names}
     for _ in range(cfg.steps):
         problems = _repeat(sample_problems(pool, cfg.digits, gen), cfg.group_size)
         completions, _ = generate(policy, problems.tokens, problems.mask, cfg.length, gen)
@@ -312,9 +311,10 @@ def train_lm(seed: int = 0, steps: int | None = None, **overrides) -> dict[str, 
         else:
             kept = torch.arange(cfg.n_prompts)
             batch, batch_completions = problems, completions
-        metrics = rollout_stats(rewards, mask, correct, lengths, cfg.group_size, kept)
+        metrics = rollout_stats(rewards, mask, correct, lengths, cfg.group_size,
+                                kept if cfg.dynamic_sampling else None)
         metrics.update(grpo_update(policy, ref_policy, optimizer, batch, batch_completions,
                                    cfg))
-        for k in METRIC_NAMES:
+        for k in cfg.metric_names:
             history[k].append(float(metrics[k]))
     return {k: np.asarray(v) for k, v in history.items()}

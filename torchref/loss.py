@@ -38,6 +38,26 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return x.sum() / valid.sum().clamp(min=1)
 
 
+def sequence_log_ratio(log_ratio: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """GSPO's per-sequence log-ratio ``mean_t(log_ratio)`` over valid tokens, broadcast to
+    (N, T); masked positions must already hold 0. A row without valid tokens gets 0."""
+    w = valid.to(log_ratio.dtype)
+    seq = log_ratio.sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp(min=1)
+    return seq.expand_as(log_ratio)
+
+
+def _masked_log_ratio(logp_new, logp_old, valid, importance_level):
+    """``new - old`` at valid tokens (0 elsewhere, before any exponential), per token or,
+    for ``importance_level="sequence"``, its sequence mean."""
+    zero = torch.zeros((), dtype=logp_new.dtype, device=logp_new.device)
+    new = torch.where(valid, logp_new, zero)
+    old = torch.where(valid, logp_old.detach().to(logp_new.dtype), zero)
+    log_ratio = new - old
+    if importance_level == "sequence":
+        log_ratio = sequence_log_ratio(log_ratio, valid)
+    return log_ratio
+
+
 def _check(logp_new, logp_old, logp_ref, adv, mask, *options):
     for name, x in (("logp_new", logp_new), ("logp_old", logp_old), ("logp_ref", logp_ref),
                     ("adv", adv), ("mask", mask)):
@@ -78,6 +98,9 @@ def grpo_loss(
     ``importance_level="sequence"`` (GSPO) replaces each token's ratio by its sequence's
     length-normalised ratio ``exp(mean_t(new - old))``, clipped per sequence.
 
+    ``logp_old``, ``logp_ref`` and ``adv`` are constants (detached): their gradients
+    are exactly 0. With ``beta == 0`` the KL term is absent, not ``0 * k3`` (which is NaN
+    once ``ref - new`` overflows ``exp``).
     Degenerate cases: a row with no valid token contributes 0 to the ``"seq"`` mean (it
     still counts in the number of rows, as in TRL); a batch with no valid token at all
     gives a loss of exactly 0 with zero gradient.
@@ -104,28 +127,26 @@ def grpo_loss(
     valid = mask != 0
     w = valid.to(logp_new.dtype)
     zero = torch.zeros((), dtype=logp_new.dtype, device=logp_new.device)
-    new = torch.where(valid, logp_new, zero)
-    old = torch.where(valid, logp_old.detach().to(logp_new.dtype), zero)
-    ref = torch.where(valid, logp_ref.detach().to(logp_new.dtype), zero)
     a = adv.detach().to(logp_new.dtype)
     a = a[:, None] if a.dim() == 1 else torch.where(valid, a, zero)
 
-    log_ratio = new - old
-    if importance_level == "sequence":
-        seq_log_ratio = log_ratio.sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp(min=1)
-        log_ratio = seq_log_ratio.expand_as(new)
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(_masked_log_ratio(logp_new, logp_old, valid, importance_level))
     surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + eps_high) * a)
     if dual_clip is not None:
         surrogate = torch.where(a < 0, torch.maximum(surrogate, dual_clip * a), surrogate)
-    per_token = -(surrogate - beta * k3_kl(new, ref))
+    per_token = -surrogate
+    if beta != 0:  # absent, not 0 * k3 (NaN once ref - new overflows exp)
+        new = torch.where(valid, logp_new, zero)
+        ref = torch.where(valid, logp_ref.detach().to(logp_new.dtype), zero)
+        per_token = per_token + beta * k3_kl(new, ref)
     per_token = torch.where(valid, per_token, zero)
 
     if agg == "token":
         return per_token.sum() / w.sum().clamp(min=1)
     if agg == "seq":
         return (per_token.sum(dim=1) / w.sum(dim=1).clamp(min=1)).mean()
-    return per_token.sum() / (new.shape[0] * (new.shape[1] if max_len is None else max_len))
+    return per_token.sum() / (logp_new.shape[0] * (logp_new.shape[1] if max_len is None
+                                                   else max_len))
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -143,27 +164,45 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) 
     return 0.5 * masked_mean(err**2, mask)
 
 
-def clip_fraction(
+def clip_metrics(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
+    adv: torch.Tensor,
     mask: torch.Tensor,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     importance_level: str = "token",
-) -> torch.Tensor:
-    """Share of valid tokens whose ratio lies outside the clip band (the token's own ratio,
-    or with ``importance_level="sequence"`` its sequence's length-normalised ratio)."""
+    dual_clip: float | None = None,
+) -> dict[str, torch.Tensor]:
+    """Where clipping binds, as shares of the valid tokens (TRL's and verl's metrics).
+
+    ``clip_ratio/low_mean``: ``A < 0`` and ``ratio < 1 - eps_low``;
+    ``clip_ratio/high_mean``: ``A > 0`` and ``ratio > 1 + eps_high``;
+    ``clip_ratio/region_mean``: either (verl's ``pg_clipfrac``); with ``dual_clip = c``,
+    ``pg_clipfrac_lower``: ``A < 0`` and ``ratio > c``. The ratio is ``grpo_loss``'s (per
+    token, or per sequence for GSPO). Same meaning as ``jaxgrpo.clip_metrics``.
+    """
+    _check(logp_new, logp_old, logp_new, adv, mask, clip_eps, 0.0, "token", clip_eps_high,
+           dual_clip, importance_level)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
     valid = mask != 0
-    zero = torch.zeros((), dtype=logp_new.dtype)
-    log_ratio = torch.where(valid, logp_new - logp_old, zero)
-    if importance_level == "sequence":
-        w = valid.to(logp_new.dtype)
-        log_ratio = (log_ratio.sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1)
-                     ).expand_as(log_ratio)
-    ratio = torch.exp(log_ratio)
-    outside = (ratio < 1 - clip_eps) | (ratio > 1 + eps_high)
-    return masked_mean(outside.to(logp_new.dtype), mask)
+    with torch.no_grad():
+        logp_new = logp_new.detach()
+        if not logp_new.dtype.is_floating_point or logp_new.dtype in (torch.float16,
+                                                                      torch.bfloat16):
+            logp_new = logp_new.float()
+        ratio = torch.exp(_masked_log_ratio(logp_new, logp_old, valid, importance_level))
+        a = adv.detach().to(logp_new.dtype)
+        a = a[:, None] if a.dim() == 1 else a
+        low = (ratio < 1 - clip_eps) & (a < 0)
+        high = (ratio > 1 + eps_high) & (a > 0)
+        out = {"clip_ratio/low_mean": masked_mean(low.to(logp_new.dtype), mask),
+               "clip_ratio/high_mean": masked_mean(high.to(logp_new.dtype), mask),
+               "clip_ratio/region_mean": masked_mean((low | high).to(logp_new.dtype), mask)}
+        if dual_clip is not None:
+            out["pg_clipfrac_lower"] = masked_mean(
+                ((ratio > dual_clip) & (a < 0)).to(logp_new.dtype), mask)
+    return out
 
 
 def masked_aggregate(x: torch.Tensor, mask: torch.Tensor, agg: str = "token",

@@ -56,10 +56,10 @@ def test_two_process_gradient_equals_full_batch_gradient(two_ranks, one_rank, ag
     assert sum(float(g.abs().sum()) for g in want.values()) > 0
     for r in range(2):
         _close(two_ranks[r][f"grads_{agg}"], want)
-        for key in ("loss", "clip_frac", "entropy", "kl", "max_abs_log_ratio"):
+        for key in ("loss", "clip_ratio/region_mean", "entropy", "kl", "max_abs_log_ratio"):
             assert two_ranks[r][f"stats_{agg}"][key] == pytest.approx(
                 one_rank[f"stats_{agg}"][key], rel=RTOL, abs=ATOL), key
-    assert 0 < one_rank[f"stats_{agg}"]["clip_frac"] < 1
+    assert 0 < one_rank[f"stats_{agg}"]["clip_ratio/region_mean"] < 1
 
 
 def test_two_process_update_equals_one_process_update(two_ranks, one_rank):
@@ -71,7 +71,7 @@ def test_two_process_update_equals_one_process_update(two_ranks, one_rank):
         _close(two_ranks[r]["params_after"], after)
         want, got = one_rank["update_stats"], two_ranks[r]["update_stats"]
         assert got["first_epoch_max_abs_log_ratio"] == 0.0
-        for key in ("loss", "clip_frac", "entropy", "kl", "grad_norm"):
+        for key in ("loss", "clip_ratio/region_mean", "entropy", "kl", "grad_norm"):
             assert got[key] == pytest.approx(want[key], rel=RTOL, abs=ATOL), key
     # the ranks hold bit-identical weights: DDP gave both the same gradient
     assert all(torch.equal(two_ranks[0]["params_after"][n], two_ranks[1]["params_after"][n])
@@ -84,7 +84,7 @@ def test_a_rank_without_rows_still_joins_the_update(two_ranks, one_rank):
     0's groups alone."""
     for r in range(2):
         _close(two_ranks[r]["uneven_after"], one_rank["uneven_after"])
-        for key in ("loss", "clip_frac", "kl", "grad_norm"):
+        for key in ("loss", "clip_ratio/region_mean", "kl", "grad_norm"):
             assert two_ranks[r]["uneven_stats"][key] == pytest.approx(
                 one_rank["uneven_stats"][key], rel=RTOL, abs=ATOL), key
     assert not all(torch.equal(one_rank["uneven_after"][n], one_rank["params_after"][n])
