@@ -10,9 +10,11 @@ the end token ``#`` (12), the free scratch token ``.`` (13) and padding ``_`` (1
 A prompt is ``a+b=`` left-padded to a fixed length. A completion is read up to and
 including its first end token (the response mask covers exactly those tokens; all of
 them when no end token comes: truncated, and then never correct). Scratch tokens are
-free "thinking" tokens: the checker ignores them, so a right or a wrong answer can be
-short or long. What is left before the end token must be the canonical decimal of a
-number (no sign, no leading zero) for the answer to count.
+free: the checker ignores them wherever they are, so a right or a wrong answer can be
+short or long (the base model's corpus writes them after the answer, ``"7..#"``, so
+that a policy can make its length depend on the answer it gave). What is left before
+the end token must be the canonical decimal of a number (no sign, no leading zero) for
+the answer to count.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ class LMConfig:
     for ``pretrain_steps`` Adam steps of next-token cross-entropy on a noisy corpus of
     solved prompts, whose answers are right with probability ``base_accuracy``, off by
     one with probability ``base_near``, else a uniformly random number in
-    ``[0, 2 * (10^digits - 1)]``, each after 0..``max_scratch`` scratch tokens. The corpus
+    ``[0, 2 * (10^digits - 1)]``, each followed by 0..``max_scratch`` scratch tokens. The corpus
     sets the base model's pass rate, as pretraining does for a real LLM. GRPO then
     post-trains the base model, which is also the frozen reference of the KL term.
 
@@ -194,9 +196,11 @@ class LMConfig:
         ``NEAR_REWARD`` for an answer off by one; see ``reference_reward``).
       digits: operands draw their number of digits uniformly in 1..digits (difficulty).
       completion_length: tokens sampled per completion (L).
-      max_scratch: the corpus puts 0..max_scratch scratch tokens before each answer.
+      max_scratch: the corpus puts 0..max_scratch scratch tokens after each answer.
       base_accuracy, base_near: the corpus's share of right and off-by-one answers;
-        ``None``: the task's default (0.1 and 0.5 for arithmetic; 0.05 and 0.75 for near).
+        ``None``: the task's default (0.1 and 0.5 for arithmetic; 0 and 0.9 for near,
+        whose base model then gives the exact sum about 1% of the time, with 2000 steps
+        of pretraining).
       hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, rope_theta,
         rms_norm_eps, init_std: the decoder's sizes (``ModelSizes``).
       pretrain_steps, pretrain_batch, pretrain_lr: the base model's pretraining.
@@ -308,13 +312,13 @@ class LMConfig:
     def corpus_accuracy(self) -> float:
         if self.base_accuracy is not None:
             return self.base_accuracy
-        return 0.05 if self.task == "near" else 0.1
+        return 0.0 if self.task == "near" else 0.1
 
     @property
     def corpus_near(self) -> float:
         if self.base_near is not None:
             return self.base_near
-        return 0.75 if self.task == "near" else 0.5
+        return 0.9 if self.task == "near" else 0.5
 
     @property
     def prompt_length(self) -> int:

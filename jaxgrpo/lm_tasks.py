@@ -124,8 +124,8 @@ def corpus_completions(key: jax.Array, problems: Problems, cfg: LMConfig) -> jax
 
     The answer is ``a + b`` with probability ``cfg.corpus_accuracy``, ``a + b +- 1`` with
     probability ``cfg.corpus_near`` (+1 when the sum is 0), else uniform in
-    ``[0, 2 (10^digits - 1)]``; before it come k ~ U{0..max_scratch} scratch tokens (fewer
-    when the answer would not fit), after it the end token, then padding.
+    ``[0, 2 (10^digits - 1)]``; after it come k ~ U{0..max_scratch} scratch tokens (fewer
+    when they would not fit), the end token, then padding: ``"7..#___"``.
     """
     n, length = problems.a.shape[0], cfg.completion_length
     k_kind, k_sign, k_rand, k_scratch = jax.random.split(key, 4)
@@ -142,6 +142,6 @@ def corpus_completions(key: jax.Array, problems: Problems, cfg: LMConfig) -> jax
                     length - n_dig - 1)[:, None]
     j = jnp.arange(length)[None, :]
     n_dig = n_dig[:, None]
-    body = jnp.take_along_axis(digits, jnp.clip(j - k, 0, width - 1), axis=1)
-    return jnp.where(j < k, SCRATCH, jnp.where(j < k + n_dig, body,
-                                                jnp.where(j == k + n_dig, END, PAD)))
+    body = jnp.take_along_axis(digits, jnp.clip(j, 0, width - 1), axis=1)
+    return jnp.where(j < n_dig, body, jnp.where(j < n_dig + k, SCRATCH,
+                                                 jnp.where(j == n_dig + k, END, PAD)))

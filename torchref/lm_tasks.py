@@ -122,8 +122,8 @@ def corpus_completions(problems: Problems, cfg: LMConfig, generator: torch.Gener
 
     The answer is ``a + b`` with probability ``cfg.corpus_accuracy``, ``a + b +- 1`` with
     probability ``cfg.corpus_near`` (+1 when the sum is 0), else uniform in
-    ``[0, 2 (10^digits - 1)]``; before it come k ~ U{0..max_scratch} scratch tokens (fewer
-    when the answer would not fit), after it the end token, then padding.
+    ``[0, 2 (10^digits - 1)]``; after it come k ~ U{0..max_scratch} scratch tokens (fewer
+    when they would not fit), the end token, then padding: ``"7..#___"``.
     """
     n, length = problems.a.shape[0], cfg.completion_length
     s = problems.a + problems.b
@@ -139,7 +139,7 @@ def corpus_completions(problems: Problems, cfg: LMConfig, generator: torch.Gener
                       length - n_dig - 1)[:, None]
     j = torch.arange(length)[None, :]
     n_dig = n_dig[:, None]
-    body = digits.gather(1, (j - k).clamp(0, width - 1))
+    body = digits.gather(1, j.clamp(0, width - 1).expand(n, length))
     full = torch.full_like(body, 0)
-    return torch.where(j < k, full + SCRATCH, torch.where(
-        j < k + n_dig, body, torch.where(j == k + n_dig, full + END, full + PAD)))
+    return torch.where(j < n_dig, body, torch.where(
+        j < n_dig + k, full + SCRATCH, torch.where(j == n_dig + k, full + END, full + PAD)))
