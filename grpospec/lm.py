@@ -187,8 +187,8 @@ class LMConfig:
     for ``pretrain_steps`` Adam steps of next-token cross-entropy on a noisy corpus of
     solved prompts, whose answers are right with probability ``base_accuracy``, off by
     one with probability ``base_near``, else a uniformly random number in
-    ``[0, 2 * (10^digits - 1)]``, each followed by 0..``max_scratch`` scratch tokens. The corpus
-    sets the base model's pass rate, as pretraining does for a real LLM. GRPO then
+    ``[0, 2 * (10^digits - 1)]``, each followed by 0..``max_scratch`` scratch tokens. The
+    corpus sets the base model's pass rate, as pretraining does for a real LLM. GRPO then
     post-trains the base model, which is also the frozen reference of the KL term.
 
     Attributes:
@@ -197,20 +197,45 @@ class LMConfig:
       digits: operands draw their number of digits uniformly in 1..digits (difficulty).
       completion_length: tokens sampled per completion (L).
       max_scratch: the corpus puts 0..max_scratch scratch tokens after each answer.
-      base_accuracy, base_near: the corpus's share of right and off-by-one answers;
-        ``None``: the task's default (0.1 and 0.5 for arithmetic; 0 and 0.9 for near,
-        whose base model then gives the exact sum about 1% of the time, with 2000 steps
-        of pretraining).
-      hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, rope_theta,
-        rms_norm_eps, init_std: the decoder's sizes (``ModelSizes``).
-      pretrain_steps, pretrain_batch, pretrain_lr: the base model's pretraining.
+      base_accuracy: the corpus's share of right answers; ``None``: the task's default
+        (0.1 for arithmetic, 0 for near).
+      base_near: the corpus's share of answers off by one; ``None``: the task's default
+        (0.5 for arithmetic, 0.9 for near: after 2000 steps of pretraining that base model
+        gives the exact sum about 1% of the time).
+      hidden_size: the decoder's width.
+      intermediate_size: the SwiGLU MLP's width.
+      num_layers: decoder layers.
+      num_heads: query heads.
+      num_kv_heads: key/value heads (grouped-query attention: a divisor of num_heads).
+      rope_theta: the rotary embeddings' base.
+      rms_norm_eps: RMSNorm's epsilon.
+      init_std: the initial weights' standard deviation.
+      pretrain_steps: Adam steps of the base model's pretraining (0: a random base).
+      pretrain_batch: demonstrations per pretraining step.
+      pretrain_lr: the pretraining's Adam step size.
       base_seed: the seed of the base model (its initialisation, corpus and pretraining),
         shared by every run, as post-training runs start from one checkpoint; ``None``:
         each run pretrains its own base model from its own key.
-      steps, n_prompts, group_size, inner_epochs, learning_rate, beta, clip_eps,
-        clip_eps_high, agg, estimator, gamma, lam, vf_coef, dual_clip, importance_level,
-        dynamic_sampling, oversample: GRPO and its variants, as in ``CountingConfig``
-        (``agg="constant"`` divides by N x completion_length).
+      steps: GRPO steps (each: sample, reward, advantages, ``inner_epochs`` updates).
+      n_prompts: prompts per step (B).
+      group_size: completions per prompt (G).
+      inner_epochs: full-batch optimizer steps on each step's rollouts.
+      learning_rate: the post-training's Adam step size.
+      beta: weight of the k3 KL penalty against the base model (0: the term is dropped).
+      clip_eps: lower clipping range (and upper, unless ``clip_eps_high`` is set).
+      clip_eps_high: DAPO's clip-higher upper range; ``None`` means ``clip_eps``.
+      agg: loss aggregation, ``"token"`` (DAPO), ``"seq"`` (GRPO) or ``"constant"``
+        (Dr. GRPO: divide by N x completion_length).
+      estimator: ``"grpo"``, ``"dr_grpo"``, ``"rloo"`` or ``"gae"`` (PPO: a value head on
+        the final hidden state, per-token GAE on the terminal reward, whitened).
+      gamma: GAE's discount (estimator gae).
+      lam: GAE's lambda (estimator gae).
+      vf_coef: weight of the value loss (estimator gae).
+      dual_clip: dual-clip bound c > 1 for negative advantages, or ``None``.
+      importance_level: ``"token"`` ratios, or ``"sequence"`` (GSPO).
+      dynamic_sampling: DAPO's dynamic sampling: sample ``oversample`` times as many
+        groups, keep those whose rewards vary, fill up with zero-variance ones.
+      oversample: the pool size factor of dynamic sampling.
       max_grad_norm: clip the gradient's global norm to this before each Adam step (as
         TRL's ``max_grad_norm``); ``None``: no clipping.
       entropy_coef: weight of the entropy bonus ``- entropy_coef * H`` in the loss

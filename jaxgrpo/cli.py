@@ -1,13 +1,18 @@
-"""The ``jaxgrpo`` command line: ``jaxgrpo bandit``, ``jaxgrpo counting``."""
+"""The ``jaxgrpo`` command line: ``jaxgrpo bandit``, ``counting``, ``lm``, ``experiment``."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import inspect
+import re
+import typing
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -31,6 +36,59 @@ def _fresh_out_dir(out: Path | None, stem: str) -> Path:
               "refusing to overwrite it: pass a new path")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _train_and_report(impl: str, cfg, seeds: int, seed: int, mesh: str | None,
+                      out: Path | None, stem: str, title: str) -> None:
+    """Train ``seeds`` runs of ``cfg``'s program with a progress bar, print the summary
+    table, write ``metrics.csv``, ``summary.json`` and ``curves.png`` into a new folder."""
+    from jaxgrpo.runs import (
+        plot_learning_curves,
+        run_seeds,
+        summarize,
+        write_metrics_csv,
+        write_summary_json,
+    )
+
+    mesh_shape = None
+    if mesh is not None:
+        from jaxgrpo.sharding import check_mesh_fits, make_mesh, parse_mesh
+
+        if impl != "jax":
+            _fail("--mesh is for --impl jax only")
+        try:
+            mesh_shape = parse_mesh(mesh)
+            check_mesh_fits(cfg, seeds, make_mesh(*mesh_shape))
+        except ValueError as e:
+            _fail(f"--mesh: {e}")
+    out = _fresh_out_dir(out, stem)
+    seed_list = list(range(seed, seed + seeds))
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} seeds"), TimeElapsedColumn(),
+                  console=console) as progress:
+        what = ("compiling and training, all seeds in one vmapped program" if impl == "jax"
+                else "training seeds one after another")
+        bar = progress.add_task(f"{impl}: {what}", total=seeds)
+        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(bar), mesh_shape)
+
+    summary = summarize(result)
+    table = Table(title=f"{title}, {impl}, {seeds} seeds x {cfg.steps} steps "
+                        "(mean over seeds [95% interval]; end = mean of last 5 steps)")
+    table.add_column("metric")
+    table.add_column("start", justify="right")
+    table.add_column("end", justify="right")
+    for name, s in summary.items():
+        table.add_row(name, f"{s['start']:.3f} [{s['start_lo']:.3f}, {s['start_hi']:.3f}]",
+                      f"{s['end']:.3f} [{s['end_lo']:.3f}, {s['end_hi']:.3f}]")
+    console.print(table)
+    console.print(f"time: {result.run_s:.2f} s training"
+                  + (f" + {result.compile_s:.2f} s compile" if impl == "jax" else ""))
+    write_metrics_csv(result, out / "metrics.csv")
+    write_summary_json(result, cfg, out / "summary.json")
+    plot_learning_curves([result], out / "curves.png",
+                         title=f"GRPO, {title}: mean over seeds, band = 95% interval")
+    console.print(f"wrote {out}/metrics.csv, summary.json, curves.png")
 
 
 @app.command()
@@ -94,14 +152,7 @@ def counting(
 ) -> None:
     """Train a toy task with GRPO (or a variant) over many seeds; write metrics and a plot."""
     from grpospec import CountingConfig
-    from jaxgrpo.runs import (
-        IMPLS,
-        plot_learning_curves,
-        run_seeds,
-        summarize,
-        write_metrics_csv,
-        write_summary_json,
-    )
+    from jaxgrpo.runs import IMPLS
 
     if impl not in IMPLS:
         _fail(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
@@ -115,61 +166,100 @@ def counting(
                              task=task, completion_length=completion_length)
     except (TypeError, ValueError) as e:
         _fail(f"bad option: {e}")
-    mesh_shape = None
-    if mesh is not None:
-        from jaxgrpo.sharding import check_mesh_fits, make_mesh, parse_mesh
+    _train_and_report(impl, cfg, seeds, seed, mesh, out, "counting", f"{task} task")
 
-        if impl != "jax":
-            _fail("--mesh is for --impl jax only")
-        try:
-            mesh_shape = parse_mesh(mesh)
-            check_mesh_fits(cfg, seeds, make_mesh(*mesh_shape))
-        except ValueError as e:
-            _fail(f"--mesh: {e}")
-    out = _fresh_out_dir(out, "counting")
-    seed_list = list(range(seed, seed + seeds))
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} seeds"), TimeElapsedColumn(),
-                  console=console) as progress:
-        what = ("compiling and training, all seeds in one vmapped program" if impl == "jax"
-                else "training seeds one after another")
-        bar = progress.add_task(f"{impl}: {what}", total=seeds)
-        result = run_seeds(impl, cfg, seed_list, lambda _: progress.advance(bar), mesh_shape)
+def config_help(cls) -> dict[str, str]:
+    """``{field: help}`` from the ``Attributes:`` section of a config dataclass's
+    docstring (one ``name: text`` entry per field, continuation lines indented more)."""
+    lines = (cls.__doc__ or "").split("Attributes:", 1)[-1].splitlines()
+    helps: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        entry = re.match(r"^      (\w+): (.*)$", line)
+        if entry:
+            current = entry.group(1)
+            helps[current] = [entry.group(2)]
+        elif current and line.startswith("        "):
+            helps[current].append(line.strip())
+        elif line.strip():
+            current = None
+    return {k: escape(" ".join(v).replace("``", "")) for k, v in helps.items()}
 
-    summary = summarize(result)
-    table = Table(title=f"{task} task, {impl}, {seeds} seeds x {steps} steps "
-                        "(mean over seeds [95% interval]; end = mean of last 5 steps)")
-    table.add_column("metric")
-    table.add_column("start", justify="right")
-    table.add_column("end", justify="right")
-    for name, s in summary.items():
-        table.add_row(name, f"{s['start']:.3f} [{s['start_lo']:.3f}, {s['start_hi']:.3f}]",
-                      f"{s['end']:.3f} [{s['end_lo']:.3f}, {s['end_hi']:.3f}]")
-    console.print(table)
-    console.print(f"time: {result.run_s:.2f} s training"
-                  + (f" + {result.compile_s:.2f} s compile" if impl == "jax" else ""))
-    write_metrics_csv(result, out / "metrics.csv")
-    write_summary_json(result, cfg, out / "summary.json")
-    plot_learning_curves([result], out / "curves.png")
-    console.print(f"wrote {out}/metrics.csv, summary.json, curves.png")
+
+def _config_parameters(cls) -> list[inspect.Parameter]:
+    """One keyword-only CLI option per field of the dataclass ``cls``, with its type,
+    default and help line (``config_help``): the CLI derived from the config."""
+    hints = typing.get_type_hints(cls)
+    helps = config_help(cls)
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in helps]
+    if missing:  # a field without a help line is a documentation bug
+        raise RuntimeError(f"{cls.__name__} documents no help for {missing}")
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                              annotation=Annotated[hints[f.name],
+                                                   typer.Option(help=helps[f.name])])
+            for f in dataclasses.fields(cls)]
+
+
+def lm(impl: str, seeds: int, seed: int, mesh: str | None, out: Path | None,
+       **fields) -> None:
+    """GRPO on a tiny Qwen2 language model (arithmetic with a checker), many seeds in one
+    compiled JAX program (or the PyTorch reference); write metrics and a plot. Every
+    field of grpospec.lm.LMConfig is an option."""
+    from grpospec.lm import LMConfig
+    from jaxgrpo.runs import IMPLS
+
+    if impl not in IMPLS:
+        _fail(f"--impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+    try:
+        cfg = LMConfig(**fields)
+    except (TypeError, ValueError) as e:
+        _fail(f"bad option: {e}")
+    _train_and_report(impl, cfg, seeds, seed, mesh, out, "lm", f"tiny Qwen2, {cfg.task} task")
+
+
+def _lm_signature() -> inspect.Signature:
+    from grpospec.lm import LMConfig
+
+    common = [
+        ("impl", Annotated[str, typer.Option(help="implementation: jax (vmapped) or torch")],
+         "jax"),
+        ("seeds", Annotated[int, typer.Option(min=1, help="number of independent runs")], 64),
+        ("seed", Annotated[int, typer.Option(
+            help="first seed; runs use seed .. seed + seeds - 1")], 0),
+        ("mesh", Annotated[str | None, typer.Option(
+            help="JAX device mesh SEEDSxDATA, e.g. 2x4: seeds split over the first axis, "
+                 "each run's prompt groups over the second (default: one device)")], None),
+        ("out", Annotated[Path | None, typer.Option(
+            help="output folder (new or empty); default runs/lm-<time>")], None),
+    ]
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
+              for n, a, d in common]
+    return inspect.Signature(params + _config_parameters(LMConfig))
+
+
+lm.__signature__ = _lm_signature()
+app.command(name="lm")(lm)
 
 
 @app.command()
 def experiment(
     name: Annotated[str, typer.Argument(
-        help="length-bias, entropy, zero-signal, estimators, or all")],
+        help="an experiment (length-bias, entropy, zero-signal, estimators; on the language "
+             "model lm-length-bias, lm-entropy, lm-zero-signal, lm-estimators), or a group: "
+             "counting, lm, all")],
     seeds: Annotated[int, typer.Option(min=2, help="seeds per arm (vmapped)")] = 64,
     seed: Annotated[int, typer.Option(help="first seed")] = 0,
     out: Annotated[Path | None, typer.Option(
         help="output folder (new or empty); default runs/experiment-<time>")] = None,
 ) -> None:
     """Reproduce a GRPO failure mode and its fix: a PNG of curves and a markdown table."""
-    from jaxgrpo.experiments import EXPERIMENTS, run_experiment, write_experiment
+    from jaxgrpo.experiments import EXPERIMENTS, GROUPS, run_experiment, write_experiment
 
-    names = list(EXPERIMENTS) if name == "all" else [name]
+    names = list(GROUPS[name]) if name in GROUPS else [name]
     if any(n not in EXPERIMENTS for n in names):
-        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or all, got {name!r}")
+        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or a group "
+              f"({', '.join(GROUPS)}), got {name!r}")
     out = _fresh_out_dir(out, "experiment")
     for n in names:
         exp = EXPERIMENTS[n]

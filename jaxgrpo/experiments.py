@@ -1,4 +1,5 @@
-"""GRPO's failure modes and their fixes, reproduced on the toy tasks with many seeds.
+"""GRPO's failure modes and their fixes, reproduced with many seeds on the toy tasks and
+on the tiny Qwen2 language model (the ``lm-*`` experiments, ``jaxgrpo.lm``).
 
 Each experiment trains a few *arms* (configurations) with ``seeds`` independent runs
 each, vmapped in one compiled JAX program per arm, then writes a PNG of the curves (mean
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from grpospec import CountingConfig
+from grpospec.lm import LMConfig
 from jaxgrpo.runs import RunResult, mean_ci, run_seeds, seed_means
 
 LAST = 10  # "final" = the mean of the last LAST steps of each seed
@@ -30,6 +32,12 @@ class Experiment:
     table: tuple[str, ...]
     per_token: bool = False  # also plot reward against cumulative sampled tokens
     notes: dict = field(default_factory=dict)
+    program: str = "counting"  # "counting" (CountingConfig) or "lm" (LMConfig)
+
+    def config(self, arm: str) -> CountingConfig | LMConfig:
+        """The configuration of ``arm``: the shared settings, then the arm's own."""
+        cls = LMConfig if self.program == "lm" else CountingConfig
+        return cls(**{**self.base, **self.arms[arm]})
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -77,7 +85,68 @@ EXPERIMENTS: dict[str, Experiment] = {
             table=("mean_reward", "entropy"),
             per_token=True,
         ),
+        Experiment(
+            name="lm-length-bias",
+            question="On the tiny Qwen2 (arithmetic, free scratch tokens after the answer, "
+                     "12 tokens at most): does GRPO's per-sequence normalisation make "
+                     "incorrect completions longer than the fix (token mean, no std)?",
+            base=dict(completion_length=12),
+            arms={"GRPO (seq mean, std norm)": dict(agg="seq", estimator="grpo"),
+                  "fix (token mean, no std)": dict(agg="token", estimator="dr_grpo")},
+            panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
+            table=("len_incorrect", "len_correct", "mean_reward"),
+            program="lm",
+        ),
+        Experiment(
+            name="lm-entropy",
+            question="On the tiny Qwen2's exploration task ('near': the base model answers "
+                     "a+b+-1 for half credit 90% of the time, the exact sum about 1%): do "
+                     "clip-higher (0.2 / 0.28) or an entropy bonus (0.01) keep entropy up "
+                     "and find the exact answer more often than symmetric clipping (0.2)?",
+            base=dict(task="near", pretrain_steps=2000, inner_epochs=4),
+            arms={"symmetric 0.2": dict(),
+                  "clip-higher 0.2/0.28": dict(clip_eps_high=0.28),
+                  "entropy bonus 0.01": dict(entropy_coef=0.01)},
+            panels=("entropy", "correct_frac", "mean_reward", "clip_ratio/high_mean"),
+            table=("entropy", "correct_frac", "mean_reward", "clip_ratio/high_mean"),
+            program="lm",
+        ),
+        Experiment(
+            name="lm-zero-signal",
+            question="On the tiny Qwen2 (arithmetic): how many groups carry no signal, at "
+                     "one-digit and at harder two-digit operands, and does dynamic sampling "
+                     "(oversample x4, keep groups that vary) help?",
+            base=dict(),
+            arms={"1 digit": dict(),
+                  "1 digit, dynamic sampling x4": dict(dynamic_sampling=True, oversample=4),
+                  "2 digits": dict(digits=2),
+                  "2 digits, dynamic sampling x4": dict(digits=2, dynamic_sampling=True,
+                                                        oversample=4)},
+            panels=("mean_reward", "frac_reward_zero_std", "ds_filled"),
+            table=("mean_reward", "frac_reward_zero_std", "ds_filled"),
+            per_token=True,
+            program="lm",
+        ),
+        Experiment(
+            name="lm-estimators",
+            question="On the tiny Qwen2 (arithmetic): GRPO vs Dr. GRPO vs RLOO vs PPO with "
+                     "GAE (a value head on the final hidden state).",
+            base=dict(),
+            arms={"GRPO": dict(estimator="grpo"), "Dr. GRPO": dict(estimator="dr_grpo"),
+                  "RLOO": dict(estimator="rloo"), "PPO + GAE": dict(estimator="gae")},
+            panels=("mean_reward", "entropy", "frac_reward_zero_std"),
+            table=("mean_reward", "entropy"),
+            per_token=True,
+            program="lm",
+        ),
     )
+}
+
+#: Groups of experiments the CLI accepts as NAME.
+GROUPS = {
+    "counting": tuple(n for n, e in EXPERIMENTS.items() if e.program == "counting"),
+    "lm": tuple(n for n, e in EXPERIMENTS.items() if e.program == "lm"),
+    "all": tuple(EXPERIMENTS),
 }
 
 
@@ -88,9 +157,8 @@ def run_experiment(name: str, seeds: int = 64, seed: int = 0,
         raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {name!r}")
     exp = EXPERIMENTS[name]
     results = {}
-    for arm, overrides in exp.arms.items():
-        cfg = CountingConfig(**{**exp.base, **overrides})
-        results[arm] = run_seeds("jax", cfg, list(range(seed, seed + seeds)))
+    for arm in exp.arms:
+        results[arm] = run_seeds("jax", exp.config(arm), list(range(seed, seed + seeds)))
         if on_arm is not None:
             on_arm(arm)
     return results

@@ -1,4 +1,5 @@
-"""Running many seeds of the counting task and writing what they produced.
+"""Running many seeds of a program (the counting task, or the LM lab) and writing what
+they produced.
 
 Used by the CLI and the benchmark: one place for "train S seeds with implementation X,
 timed", the per-step metrics table, the summary statistics and the learning-curve plot.
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from grpospec import CountingConfig
+from grpospec.lm import LMConfig
 
 IMPLS = ("jax", "torch")
 
@@ -31,14 +33,14 @@ class RunResult:
     run_s: float  # training itself, compile excluded
 
 
-def compile_jax_seeds(cfg: CountingConfig, seeds: Sequence[int],
+def compile_jax_seeds(cfg: CountingConfig | LMConfig, seeds: Sequence[int],
                       mesh: tuple[int, int] | None = None):
     """The compiled ``jit(vmap(train))`` for these seeds (sharded over a ``(seeds, data)``
     mesh when given) and its input keys: ``compiled(keys) -> (state, metrics)``."""
     import jax
     import jax.numpy as jnp
 
-    from jaxgrpo.counting import make_train
+    from jaxgrpo.sharding import make_train  # the trainer of cfg's program
 
     keys = jax.vmap(jax.random.key)(jnp.asarray([int(s) for s in seeds], jnp.uint32))
     if mesh is None:
@@ -52,7 +54,7 @@ def compile_jax_seeds(cfg: CountingConfig, seeds: Sequence[int],
     return program.lower(keys).compile(), keys
 
 
-def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
+def run_seeds(impl: str, cfg: CountingConfig | LMConfig, seeds: Sequence[int],
               on_seed_done: Callable[[int], None] | None = None,
               mesh: tuple[int, int] | None = None) -> RunResult:
     """Train ``len(seeds)`` independent runs: JAX vmapped in one compiled program (over a
@@ -76,12 +78,15 @@ def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
                 on_seed_done(s)
         return RunResult(impl, seeds, {k: np.asarray(metrics[k]) for k in cfg.metric_names},
                          t1 - t0, t2 - t1)
-    import torchref
+    if isinstance(cfg, LMConfig):
+        from torchref.lm import train_lm as train
+    else:
+        from torchref import train_counting as train
 
     per_seed = []
     t0 = time.perf_counter()
     for s in seeds:
-        per_seed.append(torchref.train_counting(seed=s, **asdict(cfg)))
+        per_seed.append(train(seed=s, **asdict(cfg)))
         if on_seed_done is not None:
             on_seed_done(s)
     run_s = time.perf_counter() - t0
@@ -188,7 +193,7 @@ def write_metrics_csv(result: RunResult, path: Path) -> None:
                                  *(f"{result.metrics[k][i, step]:.6g}" for k in result.metrics)])
 
 
-def write_summary_json(result: RunResult, cfg: CountingConfig, path: Path) -> None:
+def write_summary_json(result: RunResult, cfg: CountingConfig | LMConfig, path: Path) -> None:
     path.write_text(json.dumps({
         "impl": result.impl, "seeds": result.seeds, "config": asdict(cfg),
         "compile_s": result.compile_s, "run_s": result.run_s, "summary": summarize(result),
