@@ -15,7 +15,7 @@ import numpy as np
 
 from grpospec import CountingConfig
 from grpospec.lm import LMConfig
-from jaxgrpo.runs import RunResult, mean_ci, run_seeds, seed_means
+from jaxgrpo.runs import RunResult, diff_ci, mean_ci, run_seeds, seed_means
 
 LAST = 10  # "final" = the mean of the last LAST steps of each seed
 
@@ -33,6 +33,7 @@ class Experiment:
     per_token: bool = False  # also plot reward against cumulative sampled tokens
     notes: dict = field(default_factory=dict)
     program: str = "counting"  # "counting" (CountingConfig) or "lm" (LMConfig)
+    contrasts: tuple[tuple[str, str], ...] = ()  # (A, B): table rows of B - A, with CIs
 
     def config(self, arm: str) -> CountingConfig | LMConfig:
         """The configuration of ``arm``: the shared settings, then the arm's own."""
@@ -96,6 +97,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
             table=("len_incorrect", "len_correct", "mean_reward"),
             program="lm",
+            contrasts=(("fix (token mean, no std)", "GRPO (seq mean, std norm)"),),
         ),
         Experiment(
             name="lm-entropy",
@@ -110,6 +112,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             panels=("entropy", "correct_frac", "mean_reward", "clip_ratio/high_mean"),
             table=("entropy", "correct_frac", "mean_reward", "clip_ratio/high_mean"),
             program="lm",
+            contrasts=(("symmetric 0.2", "clip-higher 0.2/0.28"),
+                       ("symmetric 0.2", "entropy bonus 0.01")),
         ),
         Experiment(
             name="lm-zero-signal",
@@ -126,6 +130,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             table=("mean_reward", "frac_reward_zero_std", "ds_filled"),
             per_token=True,
             program="lm",
+            contrasts=(("1 digit", "1 digit, dynamic sampling x4"),
+                       ("2 digits", "2 digits, dynamic sampling x4")),
         ),
         Experiment(
             name="lm-estimators",
@@ -138,6 +144,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             table=("mean_reward", "entropy"),
             per_token=True,
             program="lm",
+            contrasts=(("GRPO", "Dr. GRPO"), ("GRPO", "RLOO"), ("GRPO", "PPO + GAE")),
         ),
     )
 }
@@ -166,21 +173,39 @@ def run_experiment(name: str, seeds: int = 64, seed: int = 0,
 
 def table_markdown(exp: Experiment, results: dict[str, RunResult]) -> str:
     """Final figures (mean of each seed's last LAST steps; the reward also averaged over
-    all steps, a measure of speed), mean over seeds [95% interval]."""
+    all steps, a measure of speed), mean over seeds [95% interval]; then, for each of
+    ``exp.contrasts`` (A, B), the difference B - A with its 95% interval."""
     cols = [f"{m} (final)" for m in exp.table] + ["mean_reward (all steps)"]
     lines = ["| arm | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+
+    def per_seed(r: RunResult) -> list[np.ndarray | None]:
+        return [seed_means(r.metrics[m], LAST) if m in r.metrics else None
+                for m in exp.table] + [seed_means(r.metrics["mean_reward"])]
+
     for arm, r in results.items():
         cells = []
-        for series in [seed_means(r.metrics[m], LAST) if m in r.metrics else None
-                       for m in exp.table] + [seed_means(r.metrics["mean_reward"])]:
+        for series in per_seed(r):
             if series is None:  # the arm does not log this metric (e.g. ds_* without DS)
                 cells.append("n/a")
                 continue
             mean, lo, hi = mean_ci(series)
             cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    for a, b in exp.contrasts:
+        cells = []
+        for sa, sb in zip(per_seed(results[a]), per_seed(results[b]), strict=True):
+            if sa is None or sb is None:
+                cells.append("n/a")
+                continue
+            d, lo, hi = diff_ci(sa, sb)
+            cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        lines.append(f"| {b} minus {a} | " + " | ".join(cells) + " |")
     n = len(next(iter(results.values())).seeds)
-    return "\n".join(lines) + f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps.\n"
+    note = f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps."
+    if exp.contrasts:
+        note += (" A difference is real at the 95% level when its interval excludes 0 "
+                 "(independent runs: +- 1.96 sqrt(SE_A^2 + SE_B^2)).")
+    return "\n".join(lines) + note + "\n"
 
 
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
