@@ -50,7 +50,7 @@ def pytest_runtest_setup(item):
         import jax
 
         jax.clear_caches()
-    for module, name in (("jaxgrpo.counting", "_compiled_train"),
+    for module, name in (("jaxgrpo.counting", "_compiled_train"), ("jaxgrpo.lm", "_compiled_train"),
                          ("jaxgrpo.sharding", "sharded_train")):
         cached = getattr(sys.modules.get(module), name, None)
         if cached is not None and hasattr(cached, "cache_clear"):

@@ -31,6 +31,7 @@ from grpospec.config import (
     TASKS,
     VOCAB_SIZE,
     CountingConfig,
+    logged_metrics,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "METRICS",
     "VOCAB_SIZE",
     "CountingConfig",
+    "logged_metrics",
     "check_bandit",
     "check_grpo_loss",
     "check_group_rewards",

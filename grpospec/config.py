@@ -201,12 +201,7 @@ class CountingConfig:
     @property
     def metric_names(self) -> tuple[str, ...]:
         """The per-step metrics this configuration logs (a subset of ``METRIC_NAMES``)."""
-        skip = set()
-        if self.dual_clip is None:
-            skip.add("pg_clipfrac_lower")
-        if not self.dynamic_sampling:
-            skip |= {"ds_dropped", "ds_filled"}
-        return tuple(n for n in METRIC_NAMES if n not in skip)
+        return logged_metrics(self.dual_clip, self.dynamic_sampling)
 
     def replace(self, **changes) -> CountingConfig:
         return dataclasses.replace(self, **changes)
@@ -242,3 +237,14 @@ METRICS = {
                  "(0 = every trained group varies; only with dynamic_sampling)",
 }
 METRIC_NAMES = tuple(METRICS)  # every metric a configuration can log, in this order
+
+
+def logged_metrics(dual_clip: float | None, dynamic_sampling: bool) -> tuple[str, ...]:
+    """The per-step metrics a trainer logs (a subset of ``METRIC_NAMES``, in its order):
+    ``pg_clipfrac_lower`` only with ``dual_clip``, ``ds_*`` only with dynamic sampling."""
+    skip = set()
+    if dual_clip is None:
+        skip.add("pg_clipfrac_lower")
+    if not dynamic_sampling:
+        skip |= {"ds_dropped", "ds_filled"}
+    return tuple(n for n in METRIC_NAMES if n not in skip)

@@ -190,3 +190,48 @@ def gae_advantages(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma
     check_gae(rewards.shape, values.shape, mask.shape, gamma, lam)
     return _gae_jit(rewards, values, mask, jnp.asarray(gamma, values.dtype),
                 jnp.asarray(lam, values.dtype))
+
+
+def estimator_advantages(estimator: str, rewards: jax.Array, group_size: int,
+                         mask: jax.Array, lengths: jax.Array, values: jax.Array | None = None,
+                         gamma: float = 1.0, lam: float = 0.95, scale_rewards: str = "group"
+                         ) -> tuple[jax.Array, jax.Array | None]:
+    """The trainers' advantages for ``estimator``, and the value targets (or ``None``).
+
+    ``rewards`` (N,) are laid out group by group (N = B * ``group_size``).
+    ``"grpo"`` / ``"dr_grpo"``: ``group_advantages`` with / without the std (the std of
+    ``scale_rewards``: ``"group"``, ``"batch"`` or ``"none"``); ``"rloo"``:
+    ``rloo_advantages``; ``"reinforce_pp"``: ``reinforce_pp_advantages`` (over the whole
+    batch); each gives one advantage per sequence, (N,).
+    ``"gae"`` (PPO): the reward is paid at each sequence's last valid token
+    (``lengths - 1``), ``gae_advantages`` with the constant ``values`` (N, T) gives one
+    advantage per token, whitened over the valid tokens of the batch
+    (``(A - mean) / (std + 1e-8)``, 0 at masked positions); returns ``(A, returns)``.
+    ``estimator`` is static.
+
+    >>> import jax.numpy as jnp
+    >>> adv, _ = estimator_advantages("dr_grpo", jnp.array([1.0, 0.0, 0.0, 0.0]), 2,
+    ...                               jnp.ones((4, 1)), jnp.ones(4, jnp.int32))
+    >>> adv.tolist()
+    [0.5, -0.5, 0.0, 0.0]
+    """
+    from jaxgrpo.loss import masked_mean
+
+    grouped = rewards.reshape(-1, group_size)
+    if estimator in ("grpo", "dr_grpo"):
+        return group_advantages(grouped, std_norm=estimator == "grpo",
+                                scale_rewards=scale_rewards).reshape(-1), None
+    if estimator == "rloo":
+        return rloo_advantages(grouped).reshape(-1), None
+    if estimator == "reinforce_pp":
+        return reinforce_pp_advantages(rewards), None
+    if estimator != "gae":
+        raise ValueError("estimator must be one of grpo, dr_grpo, rloo, reinforce_pp, gae; "
+                         f"got {estimator!r}")
+    if values is None:
+        raise ValueError("estimator='gae' needs values (N, T), got None")
+    terminal = jax.nn.one_hot(lengths - 1, mask.shape[1]) * rewards[:, None]
+    adv, returns = gae_advantages(terminal, jax.lax.stop_gradient(values), mask, gamma, lam)
+    mean = masked_mean(adv, mask)
+    std = jnp.sqrt(masked_mean((adv - mean) ** 2, mask))
+    return jnp.where(mask != 0, (adv - mean) / (std + 1e-8), 0.0), returns

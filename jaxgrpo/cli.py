@@ -1,8 +1,9 @@
-"""The ``jaxgrpo`` command line: ``bandit``, ``counting``, ``experiment``.
+"""The ``jaxgrpo`` command line: ``bandit``, ``counting``, ``lm``, ``experiment``.
 
-The options of ``counting`` are the fields of :class:`grpospec.CountingConfig` plus the
-run's own (implementation, seeds, mesh, output folder), derived by tyro: each field's
-docstring is its help line, so an option is declared once. Bad input gets one ``error:``
+The options of ``counting`` are the fields of :class:`grpospec.CountingConfig` (of ``lm``:
+:class:`grpospec.lm.LMConfig`) plus the run's own (implementation, seeds, mesh, output
+folder), derived by tyro: each field's documentation is its help line, so an option is
+declared once. Bad input gets one ``error:``
 line naming the option, exit code 2; Ctrl-C stops a run at the next chunk of steps and
 writes what finished (exit code 130).
 """
@@ -22,6 +23,7 @@ from rich.table import Table
 from grpospec import CountingConfig
 from grpospec.cli import option_message
 from grpospec.config import deferred_validation
+from grpospec.lm import LMConfig
 from grpospec.outdir import OutputFolderError, claim_output_dir
 
 console = Console()
@@ -79,11 +81,9 @@ def bandit(args: Bandit) -> None:
 
 
 @dataclass
-class Counting:
-    """Train a toy task with GRPO (or a variant) over many seeds; write metrics and a plot."""
+class _RunArgs:
+    """The options of a training run besides its configuration."""
 
-    config: Annotated[CountingConfig, tyro.conf.arg(name="")] = field(
-        default_factory=CountingConfig)
     impl: Literal["jax", "torch"] = "jax"
     """implementation: jax (all seeds in one vmapped program) or torch (one after another)"""
     seeds: int = 64
@@ -93,12 +93,39 @@ class Counting:
     mesh: str | None = None
     """JAX device mesh SEEDSxDATA (e.g. 2x4: seeds, then prompt groups); None: one device"""
     out: Path | None = None
-    """output folder, new or empty; None: a new runs/counting-<time>"""
+    """output folder, new or empty; None: a new runs/<command>-<time>"""
     chunk_steps: int | None = None
     """JAX: steps per compiled call (Ctrl-C stops after the chunk); None: steps / 10"""
 
 
+@dataclass
+class Counting(_RunArgs):
+    """Train a toy task with GRPO (or a variant) over many seeds; write metrics and a plot."""
+
+    config: Annotated[CountingConfig, tyro.conf.arg(name="")] = field(
+        default_factory=CountingConfig)
+
+
+@dataclass
+class Lm(_RunArgs):
+    """GRPO on a tiny Qwen2 language model (arithmetic with a checker), many seeds in one
+    compiled JAX program (or the PyTorch reference); write metrics and a plot."""
+
+    config: Annotated[LMConfig, tyro.conf.arg(name="")] = field(default_factory=LMConfig)
+
+
 def counting(args: Counting) -> None:
+    _train_and_report(args, "counting", lambda cfg: f"{cfg.task} task")
+
+
+def lm(args: Lm) -> None:
+    _train_and_report(args, "lm", lambda cfg: f"tiny Qwen2, {cfg.task} task")
+
+
+def _train_and_report(args: _RunArgs, stem: str, title) -> None:
+    """Check the options, train ``args.seeds`` runs of ``args.config``'s program with a
+    progress bar, print the summary table, write ``metrics.csv``, ``summary.json`` and
+    ``curves.png`` into a new folder (what finished, when interrupted: exit code 130)."""
     from jaxgrpo.runs import (
         plot_learning_curves,
         plot_metrics,
@@ -111,7 +138,7 @@ def counting(args: Counting) -> None:
     try:
         cfg = args.config.validate()
     except (TypeError, ValueError) as e:
-        _fail(option_message(str(e), CountingConfig))
+        _fail(option_message(str(e), type(args.config)))
     if args.seeds < 1:
         _fail(f"--seeds must be >= 1, got {args.seeds}")
     if args.chunk_steps is not None and args.chunk_steps < 1:
@@ -127,7 +154,7 @@ def counting(args: Counting) -> None:
             check_mesh_fits(cfg, args.seeds, make_mesh(*mesh_shape))
         except ValueError as e:
             _fail(f"--mesh: {e}")
-    folder = _claim(args.out, "counting")
+    folder = _claim(args.out, stem)
     out = folder.path
     seed_list = list(range(args.seed, args.seed + args.seeds))
     try:
@@ -154,7 +181,7 @@ def counting(args: Counting) -> None:
     summary = summarize(result)
     done = (f"{result.steps_done} of {cfg.steps} steps (interrupted)" if result.interrupted
             else f"{cfg.steps} steps")
-    table = Table(title=f"{cfg.task} task, {args.impl}, {len(result.seeds)} seeds x {done} "
+    table = Table(title=f"{title(cfg)}, {args.impl}, {len(result.seeds)} seeds x {done} "
                         "(mean over seeds [bootstrap 95% interval]; end = last 5 steps)")
     table.add_column("metric")
     table.add_column("start", justify="right")
@@ -168,7 +195,7 @@ def counting(args: Counting) -> None:
     write_metrics_csv(result, out / "metrics.csv")
     write_summary_json(result, cfg, out / "summary.json")
     plot_learning_curves([result], out / "curves.png", names=plot_metrics(cfg),
-                         title=f"GRPO, {cfg.task} task: mean over {len(result.seeds)} seeds, "
+                         title=f"GRPO, {title(cfg)}: mean over {len(result.seeds)} seeds, "
                                "band = bootstrap 95% interval over seeds")
     console.print(f"wrote {out}/metrics.csv, summary.json, curves.png")
     folder.release()
@@ -182,7 +209,9 @@ class ExperimentArgs:
     """Reproduce a GRPO failure mode and its fix: a PNG of curves and a markdown table."""
 
     name: tyro.conf.Positional[str]
-    """length-bias, entropy, zero-signal, estimators, or all"""
+    """an experiment (length-bias, entropy, zero-signal, estimators; on the language model
+    lm-length-bias, lm-entropy, lm-zero-signal, lm-estimators), or a group: counting, lm,
+    all"""
     seeds: int = 64
     """seeds per arm (vmapped), >= 2"""
     seed: int = 0
@@ -192,11 +221,12 @@ class ExperimentArgs:
 
 
 def experiment(args: ExperimentArgs) -> None:
-    from jaxgrpo.experiments import EXPERIMENTS, run_experiment, write_experiment
+    from jaxgrpo.experiments import EXPERIMENTS, GROUPS, run_experiment, write_experiment
 
-    names = list(EXPERIMENTS) if args.name == "all" else [args.name]
+    names = list(GROUPS[args.name]) if args.name in GROUPS else [args.name]
     if any(n not in EXPERIMENTS for n in names):
-        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or all, got {args.name!r}")
+        _fail(f"NAME must be one of {', '.join(EXPERIMENTS)} or a group "
+              f"({', '.join(GROUPS)}), got {args.name!r}")
     if args.seeds < 2:
         _fail(f"--seeds must be >= 2 (an interval needs two), got {args.seeds}")
     folder = _claim(args.out, "experiment")
@@ -218,7 +248,7 @@ def experiment(args: ExperimentArgs) -> None:
     console.print(f"wrote {out}/")
 
 
-COMMANDS = {"bandit": bandit, "counting": counting, "experiment": experiment}
+COMMANDS = {"bandit": bandit, "counting": counting, "lm": lm, "experiment": experiment}
 
 
 def main(argv: list[str] | None = None) -> None:

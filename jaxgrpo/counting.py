@@ -28,14 +28,9 @@ from grpospec import (
     CountingConfig,
     check_positive_int,
 )
-from jaxgrpo.advantages import (
-    gae_advantages,
-    group_advantages,
-    overlong_penalty,
-    reinforce_pp_advantages,
-    rloo_advantages,
-)
+from jaxgrpo.advantages import estimator_advantages, overlong_penalty
 from jaxgrpo.loss import clip_metrics, grpo_loss, kl_estimate, masked_mean, value_loss
+from jaxgrpo.sampling import icdf_from_cdf
 
 
 class CounterPolicy(nnx.Module):
@@ -205,7 +200,10 @@ def token_entropy(logits: jax.Array) -> jax.Array:
 
 def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
                        ) -> tuple[jax.Array, jax.Array]:
-    """Sample completions token by token with ``jax.random.categorical`` in ``lax.scan``.
+    """Sample completions token by token in ``lax.scan``, by the inverse CDF: one uniform
+    per token (all drawn at once), compared with a row of the policy's CDF table (the
+    cumulative ``exp(logprob_table())``, computed once; ``jaxgrpo.sampling``). The same
+    distribution as ``jax.random.categorical``, which draws V Gumbel numbers per token.
 
     Args:
       model: the policy.
@@ -215,37 +213,29 @@ def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
       ``(tokens, logprobs)``, both (B, L): the sampled tokens and their log-probs.
     """
 
-    table = model.logprob_table()  # (L, V, V) log-probs: valid logits for categorical
+    table = model.logprob_table()  # (L, V, V) log-probs, one row per context
+    cdf = jnp.cumsum(jnp.exp(table), axis=-1)
+    uniforms = jax.random.uniform(key, (model.length, prompts.shape[0]))
 
     def _sample_token(prev, inputs):
-        t, k = inputs
-        logp = table[t, prev]  # (B, V)
-        token = jax.random.categorical(k, logp)
-        return token, (token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0])
+        t, u = inputs
+        token = icdf_from_cdf(u, cdf[t, prev])
+        return token, token
 
-    keys = jax.random.split(key, model.length)
-    _, (tokens, logps) = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), keys),
-                                      unroll=True)
-    return tokens.T, logps.T
+    _, tokens = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), uniforms),
+                             unroll=True)
+    tokens = tokens.T
+    logps = jnp.take_along_axis(gather_context(table, prompts, tokens), tokens[..., None],
+                                axis=-1)[..., 0]
+    return tokens, logps
 
 
 def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,
                 mask, lengths):
     """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
-    grouped = rewards.reshape(-1, cfg.group_size)
-    if cfg.estimator in ("grpo", "dr_grpo"):
-        return group_advantages(grouped, std_norm=cfg.estimator == "grpo",
-                                scale_rewards=cfg.scale_rewards).reshape(-1), None
-    if cfg.estimator == "rloo":
-        return rloo_advantages(grouped).reshape(-1), None
-    if cfg.estimator == "reinforce_pp":
-        return reinforce_pp_advantages(rewards), None
-    values = jax.lax.stop_gradient(policy.values(prompts, completions))
-    terminal = jax.nn.one_hot(lengths - 1, mask.shape[1]) * rewards[:, None]
-    adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
-    mean = masked_mean(adv, mask)
-    std = jnp.sqrt(masked_mean((adv - mean) ** 2, mask))
-    return jnp.where(mask != 0, (adv - mean) / (std + 1e-8), 0.0), returns
+    values = policy.values(prompts, completions) if cfg.estimator == "gae" else None
+    return estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths, values,
+                                cfg.gamma, cfg.lam, cfg.scale_rewards)
 
 
 def grpo_update(model: CounterPolicy, optimizer: nnx.Optimizer, ref_model: CounterPolicy,
@@ -304,7 +294,16 @@ def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Ar
                     kept: jax.Array) -> dict[str, jax.Array]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
     rewards, mask, _, correct, lengths = training_signal(cfg, prompts, completions)
-    grouped = rewards.reshape(-1, cfg.group_size)
+    return rollout_stats(rewards, mask, correct, lengths, cfg.group_size,
+                         kept if cfg.dynamic_sampling else None)
+
+
+def rollout_stats(rewards: jax.Array, mask: jax.Array, correct: jax.Array, lengths: jax.Array,
+                  group_size: int, kept: jax.Array | None) -> dict[str, jax.Array]:
+    """Metrics of a sampled pool (rewards (N,), mask (N, T), correct (N,), lengths (N,),
+    laid out group by group), for any task; with dynamic sampling, ``kept`` holds the
+    groups chosen for training and the ``ds_*`` metrics are added (``None``: without)."""
+    grouped = rewards.reshape(-1, group_size)
     zero_var = jnp.max(grouped, axis=1) == jnp.min(grouped, axis=1)
     lengths, c = lengths.astype(jnp.float32), correct.astype(jnp.float32)
     n_c = jnp.sum(c)
@@ -318,11 +317,16 @@ def rollout_metrics(cfg: CountingConfig, prompts: jax.Array, completions: jax.Ar
                                    / jnp.maximum(c.size - n_c, 1), jnp.nan),
         "sampled_tokens": jnp.sum(mask),
     }
-    if cfg.dynamic_sampling:
+    if kept is not None:
         filled = jnp.sum(zero_var[kept])  # zero-variance groups that had to fill the batch
         metrics["ds_dropped"] = (jnp.sum(zero_var) - filled).astype(jnp.float32)
         metrics["ds_filled"] = filled.astype(jnp.float32)
     return metrics
+
+
+def group_rows(kept: jax.Array, group_size: int) -> jax.Array:
+    """The rows (len(kept) * group_size,) of the groups ``kept``, in order."""
+    return (kept[:, None] * group_size + jnp.arange(group_size)).reshape(-1)
 
 
 class RunnerState(NamedTuple):
@@ -340,6 +344,13 @@ def _report_steps_done(done) -> None:
     """Host side of the in-program progress report (``jax.debug.callback``)."""
     for listener in list(_PROGRESS_LISTENERS):
         listener(int(done))
+
+
+def report_progress(done: jax.Array, every: int, steps: int) -> None:
+    """Inside a compiled run: report ``done`` steps to the host every ``every`` steps and
+    at the last one (a ``jax.debug.callback`` under ``lax.cond``)."""
+    jax.lax.cond((done % every == 0) | (done == steps),
+                 lambda: jax.debug.callback(_report_steps_done, done), lambda: None)
 
 
 @contextlib.contextmanager
@@ -402,7 +413,7 @@ def make_trainer(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | No
         if cfg.dynamic_sampling:
             grouped = training_signal(cfg, prompts, completions)[0].reshape(-1, cfg.group_size)
             kept = select_groups(grouped, cfg.n_prompts)
-            rows = (kept[:, None] * cfg.group_size + jnp.arange(cfg.group_size)).reshape(-1)
+            rows = group_rows(kept, cfg.group_size)
             batch_prompts, batch_completions = prompts[rows], completions[rows]
         else:  # the pool is the batch
             kept = jnp.arange(cfg.n_prompts)
@@ -415,10 +426,7 @@ def make_trainer(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | No
         metrics.update(grpo_update(model, optimizer, ref_model, batch_prompts,
                                    batch_completions, cfg))
         if progress_every:
-            done = step + 1
-            jax.lax.cond((done % progress_every == 0) | (done == cfg.steps),
-                         lambda: jax.debug.callback(_report_steps_done, done),
-                         lambda: None)
+            report_progress(step + 1, progress_every, cfg.steps)
         return RunnerState(nnx.state((model, optimizer)), runner.ref, key), metrics
 
     def run(runner: RunnerState, start_step, n_steps: int):

@@ -1,4 +1,5 @@
-"""GRPO's failure modes and their fixes, reproduced on the toy tasks with many seeds.
+"""GRPO's failure modes and their fixes, reproduced with many seeds on the toy tasks and
+on the tiny Qwen2 language model (the ``lm-*`` experiments, ``jaxgrpo.lm``).
 
 Each experiment trains a few *arms* (configurations) with ``seeds`` independent runs
 each, vmapped in one compiled JAX program per arm, then writes a PNG of the curves (mean
@@ -13,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from grpospec import CountingConfig
-from jaxgrpo.runs import RunResult, mean_ci, run_seeds, seed_means
+from grpospec.lm import LMConfig
+from jaxgrpo.runs import RunResult, diff_ci, mean_ci, run_seeds, seed_means
 
 LAST = 10  # "final" = the mean of the last LAST steps of each seed
 
@@ -30,6 +32,13 @@ class Experiment:
     table: tuple[str, ...]
     per_token: bool = False  # also plot reward against cumulative sampled tokens
     notes: dict = field(default_factory=dict)
+    program: str = "counting"  # "counting" (CountingConfig) or "lm" (LMConfig)
+    contrasts: tuple[tuple[str, str], ...] = ()  # (A, B): table rows of B - A, with CIs
+
+    def config(self, arm: str) -> CountingConfig | LMConfig:
+        """The configuration of ``arm``: the shared settings, then the arm's own."""
+        cls = LMConfig if self.program == "lm" else CountingConfig
+        return cls(**{**self.base, **self.arms[arm]})
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -77,7 +86,74 @@ EXPERIMENTS: dict[str, Experiment] = {
             table=("mean_reward", "entropy"),
             per_token=True,
         ),
+        Experiment(
+            name="lm-length-bias",
+            question="On the tiny Qwen2 (arithmetic, free scratch tokens after the answer, "
+                     "12 tokens at most): does GRPO's per-sequence normalisation make "
+                     "incorrect completions longer than the fix (token mean, no std)?",
+            base=dict(completion_length=12),
+            arms={"GRPO (seq mean, std norm)": dict(agg="seq", estimator="grpo"),
+                  "fix (token mean, no std)": dict(agg="token", estimator="dr_grpo")},
+            panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
+            table=("len_incorrect", "len_correct", "mean_reward"),
+            program="lm",
+            contrasts=(("fix (token mean, no std)", "GRPO (seq mean, std norm)"),),
+        ),
+        Experiment(
+            name="lm-entropy",
+            question="On the tiny Qwen2's exploration task ('near': the base model answers "
+                     "a+b+-1 for half credit 90% of the time, the exact sum about 1%): do "
+                     "clip-higher (0.2 / 0.28) or an entropy bonus (0.01) keep entropy up "
+                     "and find the exact answer more often than symmetric clipping (0.2)?",
+            base=dict(task="near", pretrain_steps=2000, inner_epochs=4),
+            arms={"symmetric 0.2": dict(),
+                  "clip-higher 0.2/0.28": dict(clip_eps_high=0.28),
+                  "entropy bonus 0.01": dict(entropy_coef=0.01)},
+            panels=("entropy", "correct_frac", "mean_reward", "clip_ratio/high_mean"),
+            table=("entropy", "correct_frac", "mean_reward", "clip_ratio/high_mean"),
+            program="lm",
+            contrasts=(("symmetric 0.2", "clip-higher 0.2/0.28"),
+                       ("symmetric 0.2", "entropy bonus 0.01")),
+        ),
+        Experiment(
+            name="lm-zero-signal",
+            question="On the tiny Qwen2 (arithmetic): how many groups carry no signal, at "
+                     "one-digit and at harder two-digit operands, and does dynamic sampling "
+                     "(oversample x4, keep groups that vary) help?",
+            base=dict(),
+            arms={"1 digit": dict(),
+                  "1 digit, dynamic sampling x4": dict(dynamic_sampling=True, oversample=4),
+                  "2 digits": dict(digits=2),
+                  "2 digits, dynamic sampling x4": dict(digits=2, dynamic_sampling=True,
+                                                        oversample=4)},
+            panels=("mean_reward", "frac_reward_zero_std", "ds_filled"),
+            table=("mean_reward", "frac_reward_zero_std", "ds_filled"),
+            per_token=True,
+            program="lm",
+            contrasts=(("1 digit", "1 digit, dynamic sampling x4"),
+                       ("2 digits", "2 digits, dynamic sampling x4")),
+        ),
+        Experiment(
+            name="lm-estimators",
+            question="On the tiny Qwen2 (arithmetic): GRPO vs Dr. GRPO vs RLOO vs PPO with "
+                     "GAE (a value head on the final hidden state).",
+            base=dict(),
+            arms={"GRPO": dict(estimator="grpo"), "Dr. GRPO": dict(estimator="dr_grpo"),
+                  "RLOO": dict(estimator="rloo"), "PPO + GAE": dict(estimator="gae")},
+            panels=("mean_reward", "entropy", "frac_reward_zero_std"),
+            table=("mean_reward", "entropy"),
+            per_token=True,
+            program="lm",
+            contrasts=(("GRPO", "Dr. GRPO"), ("GRPO", "RLOO"), ("GRPO", "PPO + GAE")),
+        ),
     )
+}
+
+#: Groups of experiments the CLI accepts as NAME.
+GROUPS = {
+    "counting": tuple(n for n, e in EXPERIMENTS.items() if e.program == "counting"),
+    "lm": tuple(n for n, e in EXPERIMENTS.items() if e.program == "lm"),
+    "all": tuple(EXPERIMENTS),
 }
 
 
@@ -88,9 +164,8 @@ def run_experiment(name: str, seeds: int = 64, seed: int = 0,
         raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {name!r}")
     exp = EXPERIMENTS[name]
     results = {}
-    for arm, overrides in exp.arms.items():
-        cfg = CountingConfig(**{**exp.base, **overrides})
-        results[arm] = run_seeds("jax", cfg, list(range(seed, seed + seeds)))
+    for arm in exp.arms:
+        results[arm] = run_seeds("jax", exp.config(arm), list(range(seed, seed + seeds)))
         if on_arm is not None:
             on_arm(arm)
     return results
@@ -98,21 +173,39 @@ def run_experiment(name: str, seeds: int = 64, seed: int = 0,
 
 def table_markdown(exp: Experiment, results: dict[str, RunResult]) -> str:
     """Final figures (mean of each seed's last LAST steps; the reward also averaged over
-    all steps, a measure of speed), mean over seeds [95% interval]."""
+    all steps, a measure of speed), mean over seeds [95% interval]; then, for each of
+    ``exp.contrasts`` (A, B), the difference B - A with its 95% interval."""
     cols = [f"{m} (final)" for m in exp.table] + ["mean_reward (all steps)"]
     lines = ["| arm | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+
+    def per_seed(r: RunResult) -> list[np.ndarray | None]:
+        return [seed_means(r.metrics[m], LAST) if m in r.metrics else None
+                for m in exp.table] + [seed_means(r.metrics["mean_reward"])]
+
     for arm, r in results.items():
         cells = []
-        for series in [seed_means(r.metrics[m], LAST) if m in r.metrics else None
-                       for m in exp.table] + [seed_means(r.metrics["mean_reward"])]:
+        for series in per_seed(r):
             if series is None:  # the arm does not log this metric (e.g. ds_* without DS)
                 cells.append("n/a")
                 continue
             mean, lo, hi = mean_ci(series)
             cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    for a, b in exp.contrasts:
+        cells = []
+        for sa, sb in zip(per_seed(results[a]), per_seed(results[b]), strict=True):
+            if sa is None or sb is None:
+                cells.append("n/a")
+                continue
+            d, lo, hi = diff_ci(sa, sb)
+            cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        lines.append(f"| {b} minus {a} | " + " | ".join(cells) + " |")
     n = len(next(iter(results.values())).seeds)
-    return "\n".join(lines) + f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps.\n"
+    note = f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps."
+    if exp.contrasts:
+        note += (" A difference is real at the 95% level when its interval excludes 0 "
+                 "(independent runs: +- 1.96 sqrt(SE_A^2 + SE_B^2)).")
+    return "\n".join(lines) + note + "\n"
 
 
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:

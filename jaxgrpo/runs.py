@@ -1,4 +1,5 @@
-"""Running many seeds of a toy task and writing what they produced.
+"""Running many seeds of a program (the counting task, or the LM lab) and writing what
+they produced.
 
 Used by the CLI, the experiments and the benchmark: one place for "train S seeds with
 implementation X, timed, with progress, interruptible", the per-step metrics table, the
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from grpospec import METRICS, CountingConfig
+from grpospec.lm import LMConfig
 
 IMPLS = ("jax", "torch")
 
@@ -69,14 +71,14 @@ class CompiledRun:
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(cfg: CountingConfig, seeds: tuple[int, ...], mesh: tuple[int, int] | None,
+def _compiled(cfg: CountingConfig | LMConfig, seeds: tuple[int, ...], mesh: tuple[int, int] | None,
               chunk_steps: int, progress_every: int) -> CompiledRun:
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jaxgrpo.counting import make_trainer
+    from jaxgrpo.sharding import make_trainer  # the trainer of cfg's program
 
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     if mesh is None:
@@ -105,7 +107,7 @@ def _compiled(cfg: CountingConfig, seeds: tuple[int, ...], mesh: tuple[int, int]
     return CompiledRun(init_c, chunk_c, last_c, chunk_steps, keys)
 
 
-def compile_jax_seeds(cfg: CountingConfig, seeds: Sequence[int],
+def compile_jax_seeds(cfg: CountingConfig | LMConfig, seeds: Sequence[int],
                       mesh: tuple[int, int] | None = None, chunk_steps: int | None = None,
                       progress_every: int | None = None) -> CompiledRun:
     """The compiled program for these seeds (vmapped; sharded over a ``(seeds, data)``
@@ -115,8 +117,9 @@ def compile_jax_seeds(cfg: CountingConfig, seeds: Sequence[int],
     return _compiled(cfg, tuple(int(s) for s in seeds), mesh, min(chunk, cfg.steps), every)
 
 
-def run_jax(program: CompiledRun, cfg: CountingConfig, on_steps: Callable[[int], None] | None
-            = None) -> tuple[dict[str, np.ndarray], bool]:
+def run_jax(program: CompiledRun, cfg: CountingConfig | LMConfig,
+            on_steps: Callable[[int], None] | None = None
+            ) -> tuple[dict[str, np.ndarray], bool]:
     """Run a compiled program chunk by chunk: ``({metric: (seeds, steps_done)},
     interrupted)``. Ctrl-C stops it at the end of the running chunk, keeping every
     finished chunk. ``on_steps(done)`` hears the in-program progress reports."""
@@ -145,7 +148,7 @@ def run_jax(program: CompiledRun, cfg: CountingConfig, on_steps: Callable[[int],
         interrupted
 
 
-def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
+def run_seeds(impl: str, cfg: CountingConfig | LMConfig, seeds: Sequence[int],
               on_progress: Callable[[int], None] | None = None,
               mesh: tuple[int, int] | None = None, chunk_steps: int | None = None) -> RunResult:
     """Train ``len(seeds)`` independent runs: JAX vmapped in one compiled program (over a
@@ -178,15 +181,17 @@ def run_seeds(impl: str, cfg: CountingConfig, seeds: Sequence[int],
         metrics, interrupted = run_jax(program, cfg, on_steps)
         return RunResult(impl, seeds, metrics, t1 - t0, time.perf_counter() - t1, cfg.steps,
                          interrupted)
-    import torchref
+    if isinstance(cfg, LMConfig):
+        from torchref.lm import train_lm as train
+    else:
+        from torchref import train_counting as train
 
     per_seed = []
     interrupted = False
     t0 = time.perf_counter()
     try:
         for s in seeds:
-            per_seed.append(torchref.train_counting(seed=s, **asdict(cfg),
-                                                    on_step=lambda: progress(1)))
+            per_seed.append(train(seed=s, **asdict(cfg), on_step=lambda: progress(1)))
     except KeyboardInterrupt:
         interrupted = True
     run_s = time.perf_counter() - t0
@@ -276,6 +281,20 @@ def mean_ci(values: np.ndarray, axis: int = 0, n_boot: int = 1000, seed: int = 0
     return mean, lo.reshape(shape), hi.reshape(shape)
 
 
+def diff_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """``mean(b) - mean(a)`` over independent runs, with a normal-approximation 95%
+    interval (``+- 1.96 sqrt(SE_a^2 + SE_b^2)``), ignoring NaN entries: the interval
+    excludes 0 when the difference is real at that level.
+
+    >>> [round(x, 3) for x in diff_ci(np.array([0.0, 2.0]), np.array([3.0, 5.0]))]  # SEs 1, 1
+    [3.0, 0.228, 5.772]
+    """
+    (ma, lo_a, _), (mb, lo_b, _) = mean_ci(a), mean_ci(b)
+    se = np.hypot((ma - lo_a) / 1.96, (mb - lo_b) / 1.96)
+    d = float(mb - ma)
+    return d, d - 1.96 * float(se), d + 1.96 * float(se)
+
+
 def seed_means(values: np.ndarray, last: int | None = None) -> np.ndarray:
     """Per-seed mean over steps (the last ``last`` steps, or all), ignoring NaN steps;
     NaN for a seed whose steps are all undefined. ``values``: (seeds, steps)."""
@@ -313,7 +332,7 @@ def write_metrics_csv(result: RunResult, path: Path) -> None:
                                  *(f"{result.metrics[k][i, step]:.6g}" for k in result.metrics)])
 
 
-def write_summary_json(result: RunResult, cfg: CountingConfig, path: Path) -> None:
+def write_summary_json(result: RunResult, cfg: CountingConfig | LMConfig, path: Path) -> None:
     path.write_text(json.dumps({
         "impl": result.impl, "seeds": result.seeds, "config": asdict(cfg),
         "steps_done": result.steps_done, "interrupted": result.interrupted,

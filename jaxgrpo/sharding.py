@@ -22,7 +22,29 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from grpospec import CountingConfig, check_positive_int
-from jaxgrpo.counting import make_train
+from grpospec.lm import LMConfig
+
+
+def make_trainer(cfg: CountingConfig | LMConfig, batch_sharding=None, progress_every: int = 0):
+    """The chunkable trainer (``init``, ``run``) of ``cfg``'s program."""
+    if isinstance(cfg, LMConfig):
+        from jaxgrpo.lm import make_trainer as make_lm_trainer
+
+        return make_lm_trainer(cfg, batch_sharding, progress_every)
+    from jaxgrpo.counting import make_trainer as make_counting_trainer
+
+    return make_counting_trainer(cfg, batch_sharding, progress_every)
+
+
+def make_train(cfg: CountingConfig | LMConfig, batch_sharding=None):
+    """The trainer of ``cfg``'s program: ``jaxgrpo.counting`` or ``jaxgrpo.lm``."""
+    if isinstance(cfg, LMConfig):
+        from jaxgrpo.lm import make_train as make_lm_train
+
+        return make_lm_train(cfg, batch_sharding)
+    from jaxgrpo.counting import make_train as make_counting_train
+
+    return make_counting_train(cfg, batch_sharding)
 
 
 def make_mesh(seeds: int = 1, data: int = 1, devices=None) -> Mesh:
@@ -48,7 +70,7 @@ def parse_mesh(spec: str) -> tuple[int, int]:
     return s, d
 
 
-def check_mesh_fits(cfg: CountingConfig, n_seeds: int, mesh: Mesh) -> None:
+def check_mesh_fits(cfg: CountingConfig | LMConfig, n_seeds: int, mesh: Mesh) -> None:
     """Seeds split evenly over ``"seeds"``; whole prompt groups over ``"data"``."""
     s, d = mesh.shape["seeds"], mesh.shape["data"]
     if n_seeds % s:
@@ -64,7 +86,7 @@ def check_mesh_fits(cfg: CountingConfig, n_seeds: int, mesh: Mesh) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def sharded_train(cfg: CountingConfig, mesh: Mesh):
+def sharded_train(cfg: CountingConfig | LMConfig, mesh: Mesh):
     """``jit(vmap(train))`` over keys (n_seeds,), with seeds on ``"seeds"`` and each
     run's batch on ``"data"``; returns ``(final state, metrics)`` with a seed axis."""
     batch = NamedSharding(mesh, P("data")) if mesh.shape["data"] > 1 else None
@@ -73,8 +95,9 @@ def sharded_train(cfg: CountingConfig, mesh: Mesh):
     return jax.jit(train, in_shardings=by_seed, out_shardings=by_seed)
 
 
-def train_counting_sharded(cfg: CountingConfig, seeds: list[int], mesh: Mesh):
-    """Train ``seeds`` runs on ``mesh``; ``(final state, {metric: (n_seeds, steps)})``."""
+def train_counting_sharded(cfg: CountingConfig | LMConfig, seeds: list[int], mesh: Mesh):
+    """Train ``seeds`` runs of ``cfg``'s program (the counting task or the LM lab) on
+    ``mesh``; ``(final state, {metric: (n_seeds, steps)})``."""
     check_mesh_fits(cfg, len(seeds), mesh)
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     state, metrics = sharded_train(cfg, mesh)(keys)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -199,3 +200,55 @@ def test_help_fits_80_columns_without_cutting_names_or_defaults():
     assert "--completion-length" in text and "--importance-level" in text
     assert "..." not in text and "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+LM_ARGS = ["--steps", "3", "--pretrain-steps", "5", "--n-prompts", "4", "--group-size", "4"]
+
+
+def test_lm_writes_metrics_summary_and_plot(tmp_path, impl, capsys):
+    out = tmp_path / "lm"
+    code, text = cli(capsys, "lm", "--impl", impl.name, "--seeds", "2", *LM_ARGS,
+                     "--task", "near", "--out", out)
+    assert code == 0, text
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == 2 * 3 and {r["seed"] for r in rows} == {"0", "1"}
+    assert "clip_ratio/high_mean" in rows[0] and "ds_filled" not in rows[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["impl"] == impl.name and summary["config"]["task"] == "near"
+    assert summary["config"]["pretrain_steps"] == 5 and summary["steps_done"] == 3
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "mean_reward" in text and "tiny Qwen2" in text
+
+
+def test_lm_options_are_every_field_of_the_config():
+    """The CLI is derived from ``LMConfig``: one option per field, with its help line."""
+    import dataclasses
+
+    from grpospec.lm import LMConfig
+
+    env = {**os.environ, "COLUMNS": "200"}
+    text = subprocess.run([sys.executable, "-m", "jaxgrpo.cli", "lm", "--help"],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    flat = " ".join(text.split())
+    for f in dataclasses.fields(LMConfig):
+        assert re.search(rf"--{f.name.replace('_', '-')}[ ,]", flat), f.name
+    assert "clip-higher upper range" in flat
+
+
+@pytest.mark.parametrize("args, message", [
+    (["lm", "--impl", "tf"], "--impl"),
+    (["lm", "--task", "sum"], "--task must be one of ('arithmetic', 'near')"),
+    (["lm", "--digits", "7"], "--digits must be at most 4"),
+    (["lm", "--num-kv-heads", "3"], "--num-heads (4) must be a multiple of num_kv_heads (3)"),
+    (["lm", "--completion-length", "2"], "--completion-length must leave room for the answer"),
+    (["lm", "--base-accuracy", "0.6", "--base-near", "0.6"],
+     "--base-accuracy + base_near must be at most 1"),
+    (["lm", "--mesh", "3x1"], "needs 3 devices"),
+    (["experiment", "lm-nope"], "NAME must be one of"),
+])
+def test_bad_lm_options_get_a_clear_message(tmp_path, args, message, capsys):
+    code, text = cli(capsys, *args, "--out", tmp_path / "x")
+    assert code == 2, text
+    assert message in " ".join(text.split()), text
+    assert "Traceback" not in text
+    assert not (tmp_path / "x").exists()

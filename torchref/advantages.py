@@ -132,3 +132,43 @@ def gae_advantages(
         adv[:, t] = next_adv
         next_value, next_valid = v[:, t], w[:, t]
     return adv, torch.where(valid, adv + v, zero)
+
+
+def estimator_advantages(estimator: str, rewards: torch.Tensor, group_size: int,
+                         mask: torch.Tensor, lengths: torch.Tensor,
+                         values: torch.Tensor | None = None, gamma: float = 1.0,
+                         lam: float = 0.95, scale_rewards: str = "group"
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The trainers' advantages for ``estimator``, and the value targets (or ``None``).
+
+    ``rewards`` (N,) are laid out group by group (N = B * ``group_size``).
+    ``"grpo"`` / ``"dr_grpo"``: ``group_advantages`` with / without the std (the std of
+    ``scale_rewards``: ``"group"``, ``"batch"`` or ``"none"``); ``"rloo"``:
+    ``rloo_advantages``; ``"reinforce_pp"``: ``reinforce_pp_advantages`` (over the whole
+    batch); each gives one advantage per sequence, (N,).
+    ``"gae"`` (PPO): the reward is paid at each sequence's last valid token
+    (``lengths - 1``), ``gae_advantages`` with the constant ``values`` (N, T) gives one
+    advantage per token, whitened over the valid tokens of the batch
+    (``(A - mean) / (std + 1e-8)``, 0 at masked positions); returns ``(A, returns)``.
+    """
+    from torchref.loss import masked_mean
+
+    grouped = rewards.reshape(-1, group_size)
+    if estimator in ("grpo", "dr_grpo"):
+        return group_advantages(grouped, std_norm=estimator == "grpo",
+                                scale_rewards=scale_rewards).reshape(-1), None
+    if estimator == "rloo":
+        return rloo_advantages(grouped).reshape(-1), None
+    if estimator == "reinforce_pp":
+        return reinforce_pp_advantages(rewards), None
+    if estimator != "gae":
+        raise ValueError("estimator must be one of grpo, dr_grpo, rloo, reinforce_pp, gae; "
+                         f"got {estimator!r}")
+    if values is None:
+        raise ValueError("estimator='gae' needs values (N, T), got None")
+    terminal = torch.nn.functional.one_hot(lengths.long() - 1, mask.shape[1]).to(
+        rewards.dtype) * rewards[:, None]
+    adv, returns = gae_advantages(terminal, values.detach(), mask, gamma, lam)
+    mean = masked_mean(adv, mask)
+    std = masked_mean((adv - mean) ** 2, mask).sqrt()
+    return torch.where(mask != 0, (adv - mean) / (std + 1e-8), torch.zeros(())), returns

@@ -10,13 +10,7 @@ import torch
 from torch import nn
 
 from grpospec import COMPLETION_LENGTH, END_TOKEN, VOCAB_SIZE, CountingConfig
-from torchref.advantages import (
-    gae_advantages,
-    group_advantages,
-    overlong_penalty,
-    reinforce_pp_advantages,
-    rloo_advantages,
-)
+from torchref.advantages import estimator_advantages, overlong_penalty
 from torchref.loss import (
     clip_metrics,
     grpo_loss,
@@ -25,6 +19,7 @@ from torchref.loss import (
     selective_log_softmax,
     value_loss,
 )
+from torchref.sampling import categorical_icdf
 
 
 class CounterPolicy(nn.Module):
@@ -69,13 +64,14 @@ class CounterPolicy(nn.Module):
         return self.value[torch.arange(prev.shape[1])[None, :], prev]
 
     def sample(self, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Sample completions (B, L) token by token from the policy itself (no grad)."""
+        """Sample completions (B, L) token by token from the policy itself (no grad), by the
+        inverse CDF (``torchref.sampling.categorical_icdf``): one uniform per token."""
+        uniforms = torch.rand((self.length, prompts.shape[0]), generator=generator)
         prev = prompts
         out = []
         with torch.no_grad():
             for t in range(self.length):
-                probs = torch.softmax(self.step_logits(prev, t).float(), -1)
-                prev = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                prev = categorical_icdf(uniforms[t], self.step_logits(prev, t))
                 out.append(prev)
         return torch.stack(out, dim=1)
 
@@ -157,21 +153,12 @@ def select_groups(grouped_rewards: torch.Tensor, n_keep: int) -> torch.Tensor:
 def _advantages(cfg: CountingConfig, policy: CounterPolicy, prompts, completions, rewards,
                 mask, lengths):
     """Advantages (per sequence, or per token for GAE) and the value targets (or None)."""
-    grouped = rewards.view(-1, cfg.group_size)
-    if cfg.estimator in ("grpo", "dr_grpo"):
-        return group_advantages(grouped, std_norm=cfg.estimator == "grpo",
-                                scale_rewards=cfg.scale_rewards).view(-1), None
-    if cfg.estimator == "rloo":
-        return rloo_advantages(grouped).view(-1), None
-    if cfg.estimator == "reinforce_pp":
-        return reinforce_pp_advantages(rewards), None
-    with torch.no_grad():
-        values = policy.values(prompts, completions)
-    terminal = nn.functional.one_hot(lengths - 1, mask.shape[1]).float() * rewards[:, None]
-    adv, returns = gae_advantages(terminal, values, mask, cfg.gamma, cfg.lam)
-    mean = masked_mean(adv, mask)
-    std = masked_mean((adv - mean) ** 2, mask).sqrt()
-    return torch.where(mask != 0, (adv - mean) / (std + 1e-8), torch.zeros(())), returns
+    values = None
+    if cfg.estimator == "gae":
+        with torch.no_grad():
+            values = policy.values(prompts, completions)
+    return estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths, values,
+                                cfg.gamma, cfg.lam, cfg.scale_rewards)
 
 
 def grpo_update(
@@ -219,7 +206,17 @@ def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: tor
                     kept: torch.Tensor) -> dict[str, torch.Tensor]:
     """Metrics of a step's sampled pool and of the groups ``kept`` for training."""
     rewards, mask, _, correct, lengths = training_signal(cfg, prompts, completions)
-    grouped = rewards.view(-1, cfg.group_size)
+    return rollout_stats(rewards, mask, correct, lengths, cfg.group_size,
+                         kept if cfg.dynamic_sampling else None)
+
+
+def rollout_stats(rewards: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor,
+                  lengths: torch.Tensor, group_size: int, kept: torch.Tensor | None
+                  ) -> dict[str, torch.Tensor]:
+    """Metrics of a sampled pool (rewards (N,), mask (N, T), correct (N,), lengths (N,),
+    laid out group by group), for any task; with dynamic sampling, ``kept`` holds the
+    groups chosen for training and the ``ds_*`` metrics are added (``None``: without)."""
+    grouped = rewards.view(-1, group_size)
     zero_var = grouped.amax(1) == grouped.amin(1)
     lengths, c = lengths.float(), correct.float()
     nan = torch.tensor(float("nan"))
@@ -232,11 +229,16 @@ def rollout_metrics(cfg: CountingConfig, prompts: torch.Tensor, completions: tor
         "len_incorrect": (lengths * (1 - c)).sum() / (1 - c).sum() if c.sum() < len(c) else nan,
         "sampled_tokens": mask.sum(),
     }
-    if cfg.dynamic_sampling:
+    if kept is not None:
         filled = zero_var[kept].sum()  # zero-variance groups that had to fill the batch
         metrics["ds_dropped"] = (zero_var.sum() - filled).float()
         metrics["ds_filled"] = filled.float()
     return metrics
+
+
+def group_rows(kept: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The rows (len(kept) * group_size,) of the groups ``kept``, in order."""
+    return (kept[:, None] * group_size + torch.arange(group_size)).reshape(-1)
 
 
 def train_counting(seed: int = 0, steps: int = 80, on_step=None,
@@ -268,7 +270,7 @@ def train_counting(seed: int = 0, steps: int = 80, on_step=None,
         grouped = training_signal(cfg, prompts, completions)[0].view(-1, cfg.group_size)
         kept = select_groups(grouped, cfg.n_prompts)
         metrics = rollout_metrics(cfg, prompts, completions, kept)
-        rows = (kept[:, None] * cfg.group_size + torch.arange(cfg.group_size)).reshape(-1)
+        rows = group_rows(kept, cfg.group_size)
         metrics.update(grpo_update(policy, ref_policy, optimizer, prompts[rows],
                                    completions[rows], cfg))
         for k in cfg.metric_names:

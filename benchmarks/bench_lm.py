@@ -1,0 +1,195 @@
+"""Benchmark: GRPO on the tiny Qwen2, the PyTorch reference vs the compiled JAX program.
+
+    python benchmarks/bench_lm.py [--seeds 64] [--repeats 3] [--quick]
+
+Measures, side by side in one run on this machine, with ``LMConfig()``'s defaults (the
+arithmetic task; each run pretrains the base model, then 120 GRPO steps of 16 prompts x
+8 completions, two inner epochs):
+  1. one seed end to end: torch (``torchref.lm.train_lm``, ``transformers``' Qwen2) vs
+     JAX (``jaxgrpo.lm.make_train``), JAX with compile included and excluded;
+  2. ``--seeds`` JAX seeds vmapped in one program vs 8 torch seeds one after another
+     (the torch runs share one pretrained base model, as the JAX runs do);
+  3. the learning check: 8 JAX seeds, each seed's mean reward at the start (step 0)
+     and the end (mean of the last 5 steps), and the time for all 8 with compile;
+  4. what a compiled step spends on sampling (``generate``) against the whole step;
+  5. the same rows 1-2 for a smaller model (hidden 16, one layer, 8 prompts x 8), where
+     the work per step is small and per-call overhead dominates the torch reference.
+Prints a table of times and ratios (torch time / JAX time) and the machine it ran on.
+Timings are medians of ``--repeats`` runs. ``--quick`` shortens every run (a smoke test
+of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={os.cpu_count()}")
+
+import jax  # noqa: E402  (after XLA_FLAGS)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from grpospec.lm import LMConfig  # noqa: E402
+from jaxgrpo import lm  # noqa: E402
+from jaxgrpo.lm_tasks import sample_problems  # noqa: E402
+from torchref import lm as tlm  # noqa: E402
+
+
+def _median(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _settle() -> None:
+    """Let the other framework's worker threads go idle before timing this one."""
+    time.sleep(1.0)
+
+
+def _keys(n: int):
+    return jax.vmap(jax.random.key)(jnp.arange(n, dtype=jnp.uint32))
+
+
+def _compile(cfg: LMConfig, n_seeds: int | None):
+    """``(compiled program, its input, seconds to lower and compile)``."""
+    t0 = time.perf_counter()
+    if n_seeds is None:
+        keys = jax.random.key(0)
+        compiled = jax.jit(lm.make_train(cfg)).lower(keys).compile()
+    else:
+        keys = _keys(n_seeds)
+        compiled = jax.jit(jax.vmap(lm.make_train(cfg))).lower(keys).compile()
+    return compiled, keys, time.perf_counter() - t0
+
+
+def _torch_seeds(cfg: LMConfig, seeds: list[int]) -> tuple[float, list[dict]]:
+    """Train ``seeds`` one after another from one pretrained base model (pretrained
+    inside the timing, once)."""
+    tlm._base_state.cache_clear()
+    t0 = time.perf_counter()
+    out = [tlm.train_lm(seed=s, **_fields(cfg)) for s in seeds]
+    return time.perf_counter() - t0, out
+
+
+def _fields(cfg: LMConfig) -> dict:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def _speed_rows(cfg: LMConfig, label: str, n_seeds: int, repeats: int) -> list[tuple]:
+    rows = []
+    torch_one = _median(lambda: _torch_seeds(cfg, [0]), repeats)
+    _settle()
+    compiled, key, compile_s = _compile(cfg, None)
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(key))
+    first = compile_s + time.perf_counter() - t0
+    _settle()
+    jax_one = _median(lambda: jax.block_until_ready(compiled(key)), repeats)
+    rows += [(f"{label}: 1 seed, torch", torch_one, None),
+             (f"{label}: 1 seed, JAX incl. compile", first, torch_one / first),
+             (f"{label}: 1 seed, JAX after compile", jax_one, torch_one / jax_one)]
+    _settle()
+    torch_8, _ = _torch_seeds(cfg, list(range(8)))
+    _settle()
+    compiled, keys, compile_s = _compile(cfg, n_seeds)
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(keys))
+    first = compile_s + time.perf_counter() - t0
+    _settle()
+    jax_many = _median(lambda: jax.block_until_ready(compiled(keys)), max(1, repeats // 2))
+    rows += [(f"{label}: 8 seeds, torch one after another", torch_8, None),
+             (f"{label}: {n_seeds} seeds, JAX vmapped incl. compile", first, torch_8 / first),
+             (f"{label}: {n_seeds} seeds, JAX vmapped after compile", jax_many,
+              torch_8 / jax_many)]
+    return rows
+
+
+def _sampling_share(cfg: LMConfig, repeats: int) -> tuple[float, float]:
+    """Milliseconds per compiled step of one seed: ``generate`` alone, and a whole step
+    (the run's time per step, pretraining excluded)."""
+    model = lm.make_model(cfg, jax.random.key(0))
+    graphdef, state = nnx.split(model)
+    problems = lm._repeat(sample_problems(jax.random.key(1), cfg.n_prompts, cfg.digits),
+                          cfg.group_size)
+
+    @jax.jit
+    def sample(state, key):
+        return lm.generate(nnx.merge(graphdef, state), problems.tokens, problems.mask, key,
+                           cfg.length)[0]
+
+    jax.block_until_ready(sample(state, jax.random.key(2)))
+    n = 50
+    t_sample = _median(lambda: [jax.block_until_ready(sample(state, jax.random.key(i)))
+                                for i in range(n)], repeats) / n
+    long, key, _ = _compile(cfg, None)
+    short, _, _ = _compile(cfg.replace(steps=cfg.steps // 2), None)
+    jax.block_until_ready((long(key), short(key)))
+    t_long = _median(lambda: jax.block_until_ready(long(key)), repeats)
+    t_short = _median(lambda: jax.block_until_ready(short(key)), repeats)
+    per_step = (t_long - t_short) / (cfg.steps - cfg.steps // 2)
+    return 1e3 * t_sample, 1e3 * per_step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=64, help="JAX seeds of the many-seed rows")
+    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (median)")
+    parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # see the README: threads spin on a busy 2-core machine
+    cfg = LMConfig()
+    small = LMConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2,
+                     num_kv_heads=1, n_prompts=8)
+    if args.quick:
+        cfg = cfg.replace(pretrain_steps=20, steps=4)
+        small = small.replace(pretrain_steps=20, steps=4)
+
+    _torch_seeds(cfg.replace(pretrain_steps=1, steps=1), [0])  # warm-up: imports, first calls
+
+    # 3. the learning check first: 8 seeds of the default program, compile included
+    t0 = time.perf_counter()
+    compiled, keys, _ = _compile(cfg, 8)
+    _, metrics = jax.block_until_ready(compiled(keys))
+    learn_s = time.perf_counter() - t0
+    reward = np.asarray(metrics["mean_reward"])
+    start, end = reward[:, 0], reward[:, -5:].mean(axis=1)
+
+    rows = _speed_rows(cfg, "default", args.seeds, args.repeats)
+    t_sample, t_step = _sampling_share(cfg, args.repeats)
+    rows += _speed_rows(small, "small", args.seeds, args.repeats)
+
+    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} "
+          f"thread), jax {jax.__version__} on {jax.devices()[0].platform} (single-device "
+          f"programs)")
+    print(f"default: hidden {cfg.hidden_size}, {cfg.num_layers} layers, {cfg.num_heads} query "
+          f"/ {cfg.num_kv_heads} key-value heads, {cfg.n_prompts} x {cfg.group_size} "
+          f"completions of {cfg.length} tokens, {cfg.pretrain_steps} pretraining + "
+          f"{cfg.steps} GRPO steps; small: hidden {small.hidden_size}, {small.num_layers} "
+          f"layer, {small.n_prompts} x {small.group_size} completions")
+    print(f"learning, 8 JAX seeds: mean reward at step 0 {[round(float(x), 3) for x in start]}, "
+          f"at the end {[round(float(x), 3) for x in end]}; all below 0.3 at the start: "
+          f"{bool(np.all(start < 0.3))}, all above 0.8 at the end: {bool(np.all(end > 0.8))}; "
+          f"{learn_s:.1f} s for all 8 with compile")
+    print(f"a compiled step of one seed: {t_step:.1f} ms, of which sampling "
+          f"(generate, {cfg.n_prompts * cfg.group_size} completions) {t_sample:.1f} ms")
+    print()
+    print("| case | time (s) | speed-up vs torch |")
+    print("|---|---:|---:|")
+    for name, t, ratio in rows:
+        print(f"| {name} | {t:.3f} | {'' if ratio is None else f'{ratio:.1f}x'} |")
+
+
+if __name__ == "__main__":
+    main()
