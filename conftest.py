@@ -41,6 +41,17 @@ def _mutmut_phase() -> str:
     return os.environ.get("MUTANT_UNDER_TEST", "")
 
 
+if _mutmut_phase() or Path(__file__).resolve().parent.name == "mutants":
+    # Each mutant runs in a fresh fork: without a persistent cache every one recompiles
+    # every jitted function its tests reach. XLA programs that a mutant does not change
+    # are then loaded from disk (a mutant's own programs compile, as they must).
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                          str(Path(__file__).resolve().parent / ".jax-cache"))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per mutmut worker
+
+
 def pytest_runtest_setup(item):
     if _mutmut_phase() != "stats":
         return
@@ -60,15 +71,21 @@ def pytest_runtest_setup(item):
 #: Per module, the test files that do NOT run for its mutants: a targeted selection, so a
 #: mutant of the loss is judged by the math tests, not by minutes of trainer runs that
 #: reach it too. (Everything else that reaches the mutated function runs.)
+#: The LM lab's tests train transformers for seconds to minutes; they are not the tests of
+#: the shared math (which has its own), so its mutants are judged without them.
+_LM_TESTS = ("parity_tests/test_lm_trainer.py", "parity_tests/test_lm_model.py",
+             "parity_tests/test_lm_sampling.py", "parity_tests/test_lm_tasks.py",
+             "parity_tests/test_cli.py::test_lm", "parity_tests/test_cli.py::test_bad_lm")
 MUTATION_SKIPS = {
     ("jaxgrpo.loss", "jaxgrpo.advantages", "jaxgrpo.bandit", "torchref.loss",
      "torchref.advantages", "torchref.bandit", "grpospec.checks"): (
         "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_cli.py",
         "parity_tests/test_counting.py::test_jax_learns", "parity_tests/test_counting.py::"
         "test_torch_learns", "parity_tests/test_lab.py::test_grpo_learns",
-        "parity_tests/test_spec_mutants.py"),
+        "parity_tests/test_spec_mutants.py", *_LM_TESTS),
     ("jaxgrpo.counting", "torchref.counting"): (
-        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py"),
+        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py",
+        *_LM_TESTS),
     ("scaleup.",): ("parity_tests/",),
 }
 

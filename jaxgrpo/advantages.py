@@ -194,13 +194,13 @@ def gae_advantages(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma
 
 def estimator_advantages(estimator: str, rewards: jax.Array, group_size: int,
                          mask: jax.Array, lengths: jax.Array, values: jax.Array | None = None,
-                         gamma: float = 1.0, lam: float = 0.95, scale_rewards: str = "group"
+                         gamma: float = 1.0, lam: float = 0.95, scale_rewards: str | None = None
                          ) -> tuple[jax.Array, jax.Array | None]:
     """The trainers' advantages for ``estimator``, and the value targets (or ``None``).
 
     ``rewards`` (N,) are laid out group by group (N = B * ``group_size``).
-    ``"grpo"`` / ``"dr_grpo"``: ``group_advantages`` with / without the std (the std of
-    ``scale_rewards``: ``"group"``, ``"batch"`` or ``"none"``); ``"rloo"``:
+    ``"grpo"`` / ``"dr_grpo"``: ``group_advantages`` with / without the std (or as
+    ``scale_rewards`` says, when set: ``"group"``, ``"batch"`` or ``"none"``); ``"rloo"``:
     ``rloo_advantages``; ``"reinforce_pp"``: ``reinforce_pp_advantages`` (over the whole
     batch); each gives one advantage per sequence, (N,).
     ``"gae"`` (PPO): the reward is paid at each sequence's last valid token

@@ -219,7 +219,7 @@ def sample_completions(model: CounterPolicy, prompts: jax.Array, key: jax.Array
 
     def _sample_token(prev, inputs):
         t, u = inputs
-        token = icdf_from_cdf(u, cdf[t, prev])
+        token = icdf_from_cdf(u, cdf[t, prev]).astype(prev.dtype)
         return token, token
 
     _, tokens = jax.lax.scan(_sample_token, prompts, (jnp.arange(model.length), uniforms),

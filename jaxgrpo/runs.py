@@ -289,10 +289,14 @@ def diff_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     >>> [round(x, 3) for x in diff_ci(np.array([0.0, 2.0]), np.array([3.0, 5.0]))]  # SEs 1, 1
     [3.0, 0.228, 5.772]
     """
-    (ma, lo_a, _), (mb, lo_b, _) = mean_ci(a), mean_ci(b)
-    se = np.hypot((ma - lo_a) / 1.96, (mb - lo_b) / 1.96)
-    d = float(mb - ma)
-    return d, d - 1.96 * float(se), d + 1.96 * float(se)
+    def mean_se(x):
+        x = np.asarray(x, dtype=np.float64)
+        x = x[np.isfinite(x)]
+        return x.mean(), (x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0)
+
+    (ma, se_a), (mb, se_b) = mean_se(a), mean_se(b)
+    d, se = float(mb - ma), float(np.hypot(se_a, se_b))
+    return d, d - 1.96 * se, d + 1.96 * se
 
 
 def seed_means(values: np.ndarray, last: int | None = None) -> np.ndarray:

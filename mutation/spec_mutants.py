@@ -357,7 +357,7 @@ MUTANTS: tuple[SpecMutant, ...] = (
                     "return torch.where(mask != 0, (adv - mean) / (std + 1e-8), "
                     "torch.zeros(())), returns",
                     "return torch.where(mask != 0, adv / (std + 1e-8), torch.zeros(())), "
-                    "returns", "counting"), COUNTING_TESTS),
+                    "returns", "advantages"), COUNTING_TESTS),
     SpecMutant("entropy-sign", "token entropy computed as sum p log p (negative)", both(
         "return -jnp.sum(jnp.exp(logp) * logp, axis=-1)",
         "return jnp.sum(jnp.exp(logp) * logp, axis=-1)",

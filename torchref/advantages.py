@@ -137,13 +137,13 @@ def gae_advantages(
 def estimator_advantages(estimator: str, rewards: torch.Tensor, group_size: int,
                          mask: torch.Tensor, lengths: torch.Tensor,
                          values: torch.Tensor | None = None, gamma: float = 1.0,
-                         lam: float = 0.95, scale_rewards: str = "group"
+                         lam: float = 0.95, scale_rewards: str | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The trainers' advantages for ``estimator``, and the value targets (or ``None``).
 
     ``rewards`` (N,) are laid out group by group (N = B * ``group_size``).
-    ``"grpo"`` / ``"dr_grpo"``: ``group_advantages`` with / without the std (the std of
-    ``scale_rewards``: ``"group"``, ``"batch"`` or ``"none"``); ``"rloo"``:
+    ``"grpo"`` / ``"dr_grpo"``: ``group_advantages`` with / without the std (or as
+    ``scale_rewards`` says, when set: ``"group"``, ``"batch"`` or ``"none"``); ``"rloo"``:
     ``rloo_advantages``; ``"reinforce_pp"``: ``reinforce_pp_advantages`` (over the whole
     batch); each gives one advantage per sequence, (N,).
     ``"gae"`` (PPO): the reward is paid at each sequence's last valid token
