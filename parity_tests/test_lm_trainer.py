@@ -242,7 +242,8 @@ SHARDED = textwrap.dedent("""
     from jaxgrpo.sharding import check_mesh_fits, make_mesh, sharded_train
 
     cfg = LMConfig(pretrain_steps=0, steps=3, n_prompts=4, group_size=4,
-                   dynamic_sampling=True, oversample=2)
+                   dynamic_sampling=True, oversample=2, hidden_size=16,
+                   intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=1)
     seeds = [0, 1, 2, 3]
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     ref_state, ref = jax.jit(jax.vmap(make_train(cfg)))(keys)
