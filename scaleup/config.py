@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpospec import AGG_MODES, check_positive_int
+from grpospec.checks import (
+    IMPORTANCE_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_MODES,
+    SCALE_REWARDS,
+    check_overlong,
+)
 from scaleup.tasks import TASKS
+
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp")  # no value model: no "gae"
 
 
 class ConfigError(ValueError):
@@ -81,8 +90,32 @@ class TrainConfig:
     """weight of the k3 KL penalty to the starting model (the adapter disabled)"""
     agg: str = "token"
     """loss aggregation: 'token' (batch token mean), 'seq' (mean of row means) or 'constant'"""
-    std_norm: bool = True
-    """divide advantages by the group std (GRPO) or not (Dr. GRPO)"""
+    estimator: str = "grpo"
+    """advantages: 'grpo', 'dr_grpo' (no std), 'rloo' or 'reinforce_pp' (batch mean, std)"""
+    scale_rewards: str | None = None
+    """grpo/dr_grpo: std of the 'group', the 'batch' (all ranks) or 'none'; None: estimator's"""
+    importance_level: str = "token"
+    """'token' ratios (PPO/GRPO) or one length-normalised ratio per 'sequence' (GSPO)"""
+    dual_clip: float | None = None
+    """dual-clip bound c > 1: objective >= c * A where A < 0 (loss-mode vanilla); None: off"""
+    loss_mode: str = "vanilla"
+    """policy term: 'vanilla' (clipped ratio), 'cispo', 'sapo' (soft gate), 'gpg' (no ratio)"""
+    sapo_temperature_pos: float = 1.0
+    """SAPO's gate temperature where A > 0 (loss-mode sapo)"""
+    sapo_temperature_neg: float = 1.05
+    """SAPO's gate temperature where A <= 0 (loss-mode sapo)"""
+    kl_estimator: str = "k3"
+    """the penalty's per-token KL estimate: 'k1', 'k2', 'k3' (the logged kl stays k3)"""
+    entropy_coef: float = 0.0
+    """weight of an entropy bonus with its gradient (verl's entropy_coeff), aggregated as agg"""
+    top_entropy_quantile: float = 1.0
+    """policy term on this top share of tokens by entropy (quantile over the whole batch)"""
+    mask_truncated: bool = False
+    """completions with no end-of-turn token get no loss (TRL's mask_truncated_completions)"""
+    overlong_buffer: int | None = None
+    """DAPO's soft overlong penalty over the last this-many of max-new-tokens; None: off"""
+    overlong_penalty: float = 1.0
+    """the overlong penalty (subtracted from the reward) at max-new-tokens, >= 0"""
     dynamic_sampling: bool = False
     """drop groups whose rewards are all equal before the update (DAPO)"""
     log_kl: bool = False
@@ -110,6 +143,37 @@ class TrainConfig:
                 raise ConfigError(str(e)) from None
         _in(self.inner_epochs, (1, 2), "inner_epochs")
         _in(self.agg, AGG_MODES, "agg")
+        _in(self.estimator, ESTIMATORS, "estimator")
+        if self.scale_rewards is not None:
+            _in(self.scale_rewards, SCALE_REWARDS, "scale_rewards")
+            if self.estimator not in ("grpo", "dr_grpo"):
+                raise ConfigError(f"scale_rewards applies to estimator 'grpo' or 'dr_grpo', "
+                                  f"got estimator {self.estimator!r}")
+        if self.estimator == "rloo" and self.group_size < 2:
+            raise ConfigError(f"group_size must be >= 2 for estimator 'rloo', got "
+                              f"{self.group_size}")
+        _in(self.importance_level, IMPORTANCE_LEVELS, "importance_level")
+        _in(self.loss_mode, LOSS_MODES, "loss_mode")
+        _in(self.kl_estimator, KL_ESTIMATORS, "kl_estimator")
+        if self.dual_clip is not None:
+            _range(self.dual_clip, "dual_clip", 1, math.inf, low_open=True)
+            if self.loss_mode != "vanilla":
+                raise ConfigError(f"dual_clip needs loss_mode 'vanilla', got "
+                                  f"{self.loss_mode!r}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            _range(getattr(self, name), name, 0, math.inf, low_open=True)
+        _range(self.entropy_coef, "entropy_coef", 0, math.inf)
+        _range(self.top_entropy_quantile, "top_entropy_quantile", 0, 1, low_open=True)
+        if not isinstance(self.mask_truncated, bool):
+            raise ConfigError(f"mask_truncated must be true or false, got "
+                              f"{self.mask_truncated!r}")
+        if self.overlong_buffer is not None:
+            try:
+                check_overlong(self.max_new_tokens, self.overlong_buffer, self.overlong_penalty)
+            except (TypeError, ValueError) as e:
+                msg = str(e).replace("the maximum length", "max_new_tokens")
+                raise ConfigError(msg) from None
+        _range(self.overlong_penalty, "overlong_penalty", 0, math.inf)
         _in(self.dtype, ("auto", "bfloat16", "float32"), "dtype")
         _in(self.task, TASKS, "task")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -135,6 +199,22 @@ class TrainConfig:
         return self
 
     @property
+    def needs_entropy(self) -> bool:
+        """The loss needs per-token entropies: a bonus (with gradient) or the top quantile."""
+        return self.entropy_coef != 0 or self.top_entropy_quantile < 1
+
+    def loss_options(self) -> dict:
+        """The keyword arguments of ``torchref.grpo_loss`` this run trains with (``entropy``
+        and the top-entropy mask are passed by :func:`scaleup.step.loss_backward`)."""
+        return dict(clip_eps=self.clip_eps, beta=self.beta, agg=self.agg,
+                    clip_eps_high=self.clip_eps_high, dual_clip=self.dual_clip,
+                    importance_level=self.importance_level, max_len=self.max_new_tokens,
+                    kl_estimator=self.kl_estimator, loss_mode=self.loss_mode,
+                    entropy_coef=self.entropy_coef,
+                    sapo_temperature_pos=self.sapo_temperature_pos,
+                    sapo_temperature_neg=self.sapo_temperature_neg)
+
+    @property
     def batch_size(self) -> int:
         """Sequences per step, B * G."""
         return self.prompts_per_step * self.group_size
@@ -145,8 +225,12 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
-        """Read a config written by :meth:`to_json` (unknown keys are an error)."""
+        """Read a config written by :meth:`to_json` (unknown keys are an error). A config
+        saved before ``estimator`` existed has ``std_norm``: true reads as
+        ``estimator="grpo"``, false as ``"dr_grpo"``."""
         data = json.loads(Path(path).read_text())
+        if "std_norm" in data and "estimator" not in data:
+            data["estimator"] = "grpo" if data.pop("std_norm") else "dr_grpo"
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - names
         if unknown:

@@ -129,6 +129,22 @@ def all_reduce(values: list[float], op: str = "sum", device=None) -> list[float]
     return t.tolist()
 
 
+def all_gather_cat(x: torch.Tensor) -> torch.Tensor:
+    """Every rank's 1-D ``x`` (of any length) concatenated in rank order, on every rank;
+    ``x`` itself in one process. (Lengths are gathered first, then padded tensors.)"""
+    if not is_distributed():
+        return x
+    n = torch.tensor([x.numel()], dtype=torch.int64, device=x.device)
+    sizes = [torch.zeros_like(n) for _ in range(world_size())]
+    dist.all_gather(sizes, n)
+    longest = max(int(s) for s in sizes)
+    padded = torch.zeros(longest, dtype=x.dtype, device=x.device)
+    padded[:x.numel()] = x
+    parts = [torch.zeros_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:int(s)] for p, s in zip(parts, sizes, strict=True)])
+
+
 def on_main_then_share(fn: Callable[[], object]):
     """Run ``fn`` on rank 0 only and give every rank its result, or raise its exception
     on every rank (so a refused output folder stops all ranks, not only rank 0)."""
@@ -169,9 +185,9 @@ class LogprobModule(torch.nn.Module):
         self.policy = policy
 
     def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, chunk,
-                with_entropy):
+                with_entropy, entropy_grad=False):
         return completion_logprobs(self.policy, prompt_ids, prompt_mask, completion_ids,
-                                   completion_mask, chunk, with_entropy)
+                                   completion_mask, chunk, with_entropy, entropy_grad)
 
 
 def wrap_ddp(policy, device: torch.device) -> DistributedDataParallel | None:

@@ -27,18 +27,22 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _head_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, with_entropy: bool):
+def _head_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, with_entropy: bool,
+                   entropy_grad: bool = False):
     logits = head(hidden)
     logp = selective_log_softmax(logits, ids)
     if not with_entropy:
         return logp, None
+    if entropy_grad:  # the entropy bonus differentiates it (recomputed in the backward too)
+        return logp, token_entropy(logits)
     with torch.no_grad():
         return logp, token_entropy(logits)
 
 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                        chunk: int = 64, with_entropy: bool = False):
+                        chunk: int = 64, with_entropy: bool = False,
+                        entropy_grad: bool = False):
     """Log-probs (and optionally entropies) of each completion token under ``model``.
 
     Args:
@@ -46,7 +50,11 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
       prompt_ids, prompt_mask: (N, P) left-padded prompts.
       completion_ids, completion_mask: (N, T) completions and their response mask.
       chunk: positions per LM-head chunk.
-      with_entropy: also return the entropy of each position's distribution (no grad).
+      with_entropy: also return the entropy ``H_t = -sum_v p_v log p_v`` of each
+        position's distribution (no grad unless ``entropy_grad``).
+      entropy_grad: the entropy keeps its gradient (for an entropy bonus in the loss); it
+        is computed per chunk under the same checkpoint as the log-probs, so its (rows,
+        chunk, V) logits are recomputed in the backward pass, never all kept.
     Returns:
       ``(logp, entropy)``: (N, T) float32 each (``entropy`` is ``None`` unless asked).
       Values at masked positions are meaningless; mask them.
@@ -62,7 +70,8 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     for start in range(0, n_comp, chunk):
         h, tgt = hidden[:, start:start + chunk], completion_ids[:, start:start + chunk]
         if torch.is_grad_enabled():
-            lp, ent = checkpoint(_head_logprobs, head, h, tgt, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(_head_logprobs, head, h, tgt, with_entropy, entropy_grad,
+                                 use_reentrant=False)
         else:
             lp, ent = _head_logprobs(head, h, tgt, with_entropy)
         logps.append(lp)

@@ -1,7 +1,8 @@
 """One GRPO step: sample, reward, advantages, log-probs, 1-2 inner epochs of updates.
 
-The math comes from ``torchref`` (``group_advantages``, ``grpo_loss`` and the
-diagnostics); this module only batches it.
+The math comes from ``torchref`` (the advantages, ``overlong_penalty``, ``grpo_loss``,
+``high_entropy_mask`` and the diagnostics); this module only batches it, and supplies
+the batch-level statistics (reward mean and std, the entropy quantile) over all ranks.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ from dataclasses import dataclass
 import torch
 
 from scaleup.config import TrainConfig
-from scaleup.distributed import all_reduce, rank_share, world_size
+from scaleup.distributed import all_gather_cat, all_reduce, rank_share, world_size
 from scaleup.logprobs import completion_logprobs, trim
 from scaleup.rollout import Rollouts, sample_rollouts
-from torchref import clip_metrics, group_advantages, grpo_loss, k3_kl
+from torchref import (
+    clip_metrics,
+    group_advantages,
+    grpo_loss,
+    high_entropy_mask,
+    k3_kl,
+    overlong_penalty,
+    rloo_advantages,
+)
 
 
 @dataclass
@@ -33,10 +42,19 @@ class Batch:
     logp_ref: torch.Tensor | None = None
     placeholder: bool = False
     """a zero-weight stand-in for a rank with no rows (it counts in no normaliser)"""
+    keep: torch.Tensor | None = None
+    """(N, T) bool, the tokens that carry the policy term (``top_entropy_quantile``); None:
+    all valid tokens"""
 
     @classmethod
-    def from_rollouts(cls, r: Rollouts, adv: torch.Tensor) -> Batch:
-        return cls(r.prompt_ids, r.prompt_mask, r.completion_ids, r.response_mask, adv)
+    def from_rollouts(cls, r: Rollouts, adv: torch.Tensor, mask_truncated: bool = False
+                      ) -> Batch:
+        """The loss mask is the response mask, zeroed on truncated rows (no end-of-turn
+        token) when ``mask_truncated``."""
+        mask = r.response_mask
+        if mask_truncated:
+            mask = mask * (~r.truncated)[:, None].to(mask.dtype)
+        return cls(r.prompt_ids, r.prompt_mask, r.completion_ids, mask, adv)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -47,7 +65,7 @@ class Batch:
             return None if x is None else x[start:stop]
         return Batch(s(self.prompt_ids), s(self.prompt_mask), s(self.completion_ids),
                      s(self.mask), s(self.adv), s(self.logp_old), s(self.logp_ref),
-                     self.placeholder)
+                     self.placeholder, s(self.keep))
 
 
 CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -126,26 +144,60 @@ def batch_logprobs(model, batch: Batch, micro_batch_size: int, chunk: int,
     return torch.cat(out), (torch.cat(ents) if with_entropy else None)
 
 
-def _mb_logprobs(model, mb: Batch, chunk: int, with_entropy: bool, forward=None):
+def _mb_logprobs(model, mb: Batch, chunk: int, with_entropy: bool, forward=None,
+                 entropy_grad: bool = False):
     """One micro-batch's log-probs, trimmed then padded back. ``forward`` (the DDP-wrapped
-    :class:`~scaleup.distributed.LogprobModule`) replaces the plain call when given."""
+    :class:`~scaleup.distributed.LogprobModule`) replaces the plain call when given;
+    ``entropy_grad`` keeps the entropies' gradient (for ``entropy_coef``)."""
     p_ids, p_mask, c_ids, c_mask = trim(mb.prompt_ids, mb.prompt_mask, mb.completion_ids,
                                         mb.mask)
     if forward is None:
-        lp, ent = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, chunk, with_entropy)
+        lp, ent = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, chunk, with_entropy,
+                                      entropy_grad)
     else:
-        lp, ent = forward(p_ids, p_mask, c_ids, c_mask, chunk, with_entropy)
+        lp, ent = forward(p_ids, p_mask, c_ids, c_mask, chunk, with_entropy, entropy_grad)
     pad = mb.completion_ids.shape[1] - lp.shape[1]
     lp = torch.nn.functional.pad(lp, (0, pad))
     ent = torch.nn.functional.pad(ent, (0, pad)) if with_entropy else None
     return lp, ent
 
 
+def entropy_keep_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float
+                      ) -> torch.Tensor:
+    """``torchref.high_entropy_mask`` with the quantile over ALL ranks' valid tokens.
+
+    The valid tokens' entropies of every rank are gathered (the identity in one process),
+    ``high_entropy_mask`` picks the top ``top_quantile`` share of them, and this rank keeps
+    its valid tokens with entropy >= the smallest picked value (the same set as ``>=`` the
+    quantile, since no value lies strictly between the two).
+
+    Args:
+      entropy: (N, T) per-token entropies (a constant).
+      mask: (N, T) nonzero at valid tokens.
+      top_quantile: the share kept, in (0, 1].
+    Returns:
+      (N, T) bool.
+    """
+    valid = mask != 0
+    everything = all_gather_cat(entropy.detach()[valid].float())
+    if everything.numel() == 0:
+        return valid
+    chosen = high_entropy_mask(everything, torch.ones_like(everything), top_quantile)
+    return valid & (entropy.detach().float() >= everything[chosen].min())
+
+
 def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, float]:
     """Accumulate the gradient of the whole batch's ``grpo_loss`` over micro-batches.
 
     Each micro-batch's loss is scaled by :func:`micro_batch_weight`, so the accumulated
-    gradient equals that of ``grpo_loss`` on the full batch. ``batch.logp_ref`` may be
+    gradient equals that of ``grpo_loss`` on the full batch, with every option of
+    :meth:`TrainConfig.loss_options`. ``entropy_coef > 0`` backpropagates through the
+    training forward's entropies. ``batch.keep`` (the whole batch's high-entropy tokens,
+    :func:`entropy_keep_mask`) restricts the policy term and the entropy bonus to those
+    tokens, as ``grpo_loss(top_entropy_quantile=q)`` does on the full batch: their
+    advantage (and bonus) is multiplied by ``keep``, which zeroes exactly the policy term
+    of the other tokens in every loss mode, the KL term untouched. (``grpo_loss``'s own
+    quantile would be per micro-batch.) ``batch.logp_ref`` may be
     ``None`` when ``cfg.beta == 0`` (it is then never used). Does not zero or step.
     Returns the loss, clip fraction, entropy and (when ``logp_ref`` is given) KL, each
     averaged over the batch's valid tokens, and the largest ``|logp_new - logp_old|``.
@@ -159,6 +211,8 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
     normaliser = loss_normaliser(total, cfg.agg, batch.placeholder)
     n_valid = max(global_count(total, "token"), 1.0)
     k = world_size()
+    entropy_grad = cfg.entropy_coef != 0
+    options = cfg.loss_options()
     sums = {"loss": 0.0, **dict.fromkeys(CLIP_KEYS, 0.0), "entropy": 0.0, "kl": 0.0,
             "max_abs_log_ratio": 0.0}
     spans = micro_batches(len(batch), cfg.micro_batch_size)
@@ -167,10 +221,15 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
         sync = ddp is None or i == len(spans) - 1
         with contextlib.nullcontext() if sync else ddp.no_sync():
             logp_new, ent = _mb_logprobs(model, mb, cfg.logprob_chunk, with_entropy=True,
-                                         forward=ddp)
+                                         forward=ddp, entropy_grad=entropy_grad)
             logp_ref = mb.logp_ref if mb.logp_ref is not None else mb.logp_old
-            loss = grpo_loss(logp_new, mb.logp_old, logp_ref, mb.adv, mb.mask, cfg.clip_eps,
-                             cfg.beta, cfg.agg, cfg.clip_eps_high, max_len=cfg.max_new_tokens)
+            adv, bonus = mb.adv, (ent if entropy_grad else None)
+            if mb.keep is not None:
+                keep = mb.keep.to(logp_new.dtype)
+                adv = (adv[:, None] if adv.dim() == 1 else adv) * keep
+                bonus = None if bonus is None else bonus * keep
+            loss = grpo_loss(logp_new, mb.logp_old, logp_ref, adv, mb.mask, entropy=bonus,
+                             **options)
             w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser, batch.placeholder)
             (loss * w).backward()
         with torch.no_grad():
@@ -178,13 +237,14 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
             valid = mb.mask != 0
             sums["loss"] += float(loss.detach()) * w / k
             clip = clip_metrics(logp_new, mb.logp_old, mb.adv, mb.mask, cfg.clip_eps,
-                                cfg.clip_eps_high)
+                                cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip)
             for key in CLIP_KEYS:
                 sums[key] += float(clip[key]) * tok_w
-            sums["entropy"] += float(ent[valid].sum()) / n_valid
+            sums["entropy"] += float(ent.detach()[valid].sum()) / n_valid
             if mb.logp_ref is not None:
-                sums["kl"] += float(k3_kl(logp_new[valid], mb.logp_ref[valid]).sum()) / n_valid
-            diff = (logp_new - mb.logp_old)[valid].abs()
+                sums["kl"] += float(k3_kl(logp_new.detach()[valid],
+                                          mb.logp_ref[valid]).sum()) / n_valid
+            diff = (logp_new.detach() - mb.logp_old)[valid].abs()
             if diff.numel():
                 sums["max_abs_log_ratio"] = max(sums["max_abs_log_ratio"], float(diff.max()))
     if k > 1:
@@ -202,6 +262,57 @@ def rewards_of(task, rollouts: Rollouts) -> torch.Tensor:
     """(N,) float32 0/1 rewards from the task's checker."""
     r = [task.score(t, p) for t, p in zip(rollouts.texts, rollouts.problems, strict=True)]
     return torch.tensor(r, dtype=torch.float32)
+
+
+def global_reward_stats(rewards: torch.Tensor) -> tuple[float, float, bool]:
+    """``(mean, std, all_equal)`` of ALL ranks' rewards together (population std, float64
+    sums: one all-reduce for the count and sum, one for the squared deviations, one for
+    the max and min); this rank's own in one process."""
+    n, total = all_reduce([rewards.numel(), rewards.sum()], device=rewards.device)
+    mean = total / n
+    (squares,) = all_reduce([((rewards.double() - mean) ** 2).sum()], device=rewards.device)
+    high, neg_low = all_reduce([rewards.max(), -rewards.min()], "max", device=rewards.device)
+    return mean, (squares / n) ** 0.5, high == -neg_low
+
+
+def step_advantages(rewards: torch.Tensor, cfg: TrainConfig, eps: float = 1e-6
+                    ) -> torch.Tensor:
+    """(N,) advantages of this rank's rewards (N,), laid out group by group.
+
+    ``cfg.estimator``: ``"grpo"`` / ``"dr_grpo"`` (``torchref.group_advantages``, scaled
+    by the std of ``cfg.scale_rewards``: the estimator's own, group or none, unless set),
+    ``"rloo"`` (``torchref.rloo_advantages``): per group, and a group lives on one rank.
+    Batch statistics are those of the whole step's batch, ALL ranks' rewards
+    (:func:`global_reward_stats`), so K processes compute what one process would:
+    ``scale_rewards="batch"`` is ``(r - group mean) / (std_batch + eps)`` (0 for a group
+    whose rewards are all equal, as ``group_advantages(scale_rewards="batch")``), and
+    ``"reinforce_pp"`` is ``(r - mean_batch) / (std_batch + eps)``, zeros when every
+    reward of the batch is equal (as ``torchref.reinforce_pp_advantages``).
+    """
+    grouped = rewards.view(-1, cfg.group_size)
+    if cfg.estimator == "rloo":
+        return rloo_advantages(grouped).view(-1)
+    scale = cfg.scale_rewards or ("group" if cfg.estimator == "grpo" else "none")
+    if cfg.estimator in ("grpo", "dr_grpo") and scale != "batch":
+        return group_advantages(grouped, scale_rewards=scale, eps=eps).view(-1)
+    mean, std, all_equal = global_reward_stats(rewards)
+    if cfg.estimator == "reinforce_pp":
+        if all_equal:
+            return torch.zeros_like(rewards)
+        return (rewards - mean) / (std + eps)
+    return group_advantages(grouped, scale_rewards="none").view(-1) / (std + eps)
+
+
+def shaped_rewards(task_rewards: torch.Tensor, lengths: torch.Tensor, cfg: TrainConfig
+                   ) -> torch.Tensor:
+    """The rewards the advantages see: the task's, plus DAPO's overlong penalty
+    (``torchref.overlong_penalty`` with ``max_len = cfg.max_new_tokens``) when
+    ``cfg.overlong_buffer`` is set. ``lengths`` (N,) counts each completion's response
+    tokens (its end-of-turn token included)."""
+    if cfg.overlong_buffer is None:
+        return task_rewards
+    return task_rewards + overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer,
+                                           cfg.overlong_penalty).to(task_rewards)
 
 
 def peak_memory_gb(device: torch.device) -> float:
@@ -231,15 +342,16 @@ def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
     roll = sample_rollouts(model, tokenizer, problems, cfg.group_size, cfg.max_new_tokens,
                            stop_ids, device)
     rewards = rewards_of(task, roll).to(device)
-    grouped = rewards.view(-1, cfg.group_size)
-    adv = group_advantages(grouped, std_norm=cfg.std_norm).view(-1)
-    zero_var = grouped.amax(1) == grouped.amin(1)
     lengths = roll.response_mask.sum(1).float()
+    shaped = shaped_rewards(rewards, lengths, cfg)
+    grouped = shaped.view(-1, cfg.group_size)
+    adv = step_advantages(shaped, cfg)
+    zero_var = grouped.amax(1) == grouped.amin(1)
     correct = rewards > 0.5
-    batch = full = Batch.from_rollouts(roll, adv)
+    batch = full = Batch.from_rollouts(roll, adv, cfg.mask_truncated)
     if cfg.dynamic_sampling:
         keep = (~zero_var).repeat_interleave(cfg.group_size).nonzero().squeeze(1)
-        batch = Batch.from_rollouts(roll.select(keep), adv[keep])
+        batch = Batch.from_rollouts(roll.select(keep), adv[keep], cfg.mask_truncated)
     # one all-reduce for the whole step's counts (the identity in a single process)
     (n_rows, reward_sum, n_groups, zero_var_groups, n_correct, len_correct, len_incorrect,
      n_truncated, tokens_per_s, trained_rows) = all_reduce([
@@ -312,7 +424,11 @@ def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[
             batch.logp_ref, _ = batch_logprobs(model, batch, cfg.micro_batch_size,
                                                cfg.logprob_chunk)
     masks_of_old_pass = rng_snapshot(device)
-    batch.logp_old, _ = batch_logprobs(model, batch, cfg.micro_batch_size, cfg.logprob_chunk)
+    top_q = cfg.top_entropy_quantile < 1
+    batch.logp_old, ent_old = batch_logprobs(model, batch, cfg.micro_batch_size,
+                                             cfg.logprob_chunk, with_entropy=top_q)
+    if top_q:  # the whole batch's high-entropy tokens, from the sampling policy
+        batch.keep = entropy_keep_mask(ent_old, batch.mask, cfg.top_entropy_quantile)
     params = [p for p in model.parameters() if p.requires_grad]
     first_ratio = float("nan")
     for epoch in range(cfg.inner_epochs):

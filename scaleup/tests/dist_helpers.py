@@ -143,6 +143,28 @@ def equivalence_run(rank: int, k: int, out_dir: str) -> dict:
     result["params_before"] = lora_params(model)
     result["update_stats"] = _update(model, opt, share, cfg, ddp)
     result["params_after"] = lora_params(model)
+    # batch-level statistics: the reward mean/std and the entropy quantile over both ranks
+    from scaleup.step import step_advantages
+
+    rewards = torch.tensor([1.0, 0, 1, 1, 0, 0, 2, 1])  # the shares' stds differ
+    share_r = rewards[rows]
+    for name, kw in (("batch", dict(scale_rewards="batch")),
+                     ("reinforce_pp", dict(estimator="reinforce_pp"))):
+        cfg = small_cfg(group_size=GROUP, prompts_per_step=N_PROMPTS, **kw)
+        result[f"adv_{name}"] = step_advantages(share_r, cfg)
+    from scaleup.step import entropy_keep_mask
+
+    # q = 0.3: the global threshold keeps 7 of rank 0's tokens, its own quantile would keep 6
+    cfg = dataclasses.replace(grad_cfg("seq"), top_entropy_quantile=0.3, entropy_coef=0.05)
+    model = fixed_policy(cfg)
+    ddp = wrap_ddp(model, torch.device("cpu"))
+    share = off_policy(model, fixed_batch()).rows(int(rows[0]), int(rows[-1]) + 1)
+    _, ent = batch_logprobs(model, share, cfg.micro_batch_size, 3, with_entropy=True)
+    share.keep = entropy_keep_mask(ent, share.mask, cfg.top_entropy_quantile)
+    result["topq_keep"] = share.keep
+    model.zero_grad()
+    result["topq_stats"] = loss_backward(model, share, cfg, ddp)
+    result["topq_grads"] = lora_grads(model)
     # rank 1 lost all its groups (as dynamic sampling may leave it): it updates on a
     # zero-weight row, rank 0 on its 2 groups (4 rows); == the 1-process update on those
     # 2 groups, for every aggregation (the placeholder row counts in no normaliser)

@@ -78,6 +78,29 @@ def test_two_process_update_equals_one_process_update(two_ranks, one_rank):
                for n in after)
 
 
+def test_two_process_batch_statistics_equal_one_process(two_ranks, one_rank):
+    """scale_rewards='batch' and reinforce_pp use the std (and mean) of both ranks' rewards;
+    top_entropy_quantile the quantile of both ranks' tokens: the 2-process results equal
+    the 1-process ones on the whole batch (which equal torchref's, test_step_variants)."""
+    for name in ("batch", "reinforce_pp"):
+        got = torch.cat([two_ranks[0][f"adv_{name}"], two_ranks[1][f"adv_{name}"]])
+        torch.testing.assert_close(got, one_rank[f"adv_{name}"], atol=ATOL, rtol=RTOL)
+    # per-rank statistics would differ (rank 0's rewards 1,0,1,1 alone: mean 0.75)
+    r0 = torch.tensor([1.0, 0, 1, 1])
+    local_std = r0.std(unbiased=False) + 1e-6
+    assert not torch.allclose(two_ranks[0]["adv_reinforce_pp"], (r0 - r0.mean()) / local_std)
+    assert not torch.allclose(two_ranks[0]["adv_batch"],
+                              torch.tensor([0.5, -0.5, 0, 0]) / local_std)
+    keep = torch.cat([two_ranks[0]["topq_keep"], two_ranks[1]["topq_keep"]])
+    assert torch.equal(keep, one_rank["topq_keep"])
+    assert 0.25 < float(one_rank["topq_keep"].sum()) / 31 < 0.35  # of the 31 valid tokens
+    for r in range(2):
+        _close(two_ranks[r]["topq_grads"], one_rank["topq_grads"])
+        for key in ("loss", "entropy", "kl"):
+            assert two_ranks[r]["topq_stats"][key] == pytest.approx(
+                one_rank["topq_stats"][key], rel=RTOL, abs=ATOL), key
+
+
 @pytest.mark.parametrize("agg", ["token", "seq", "constant"])
 def test_a_rank_without_rows_still_joins_the_update(two_ranks, one_rank, agg):
     """Rank 1 has nothing left to train (a zero-weight row, 1 micro-batch), rank 0 has two

@@ -151,6 +151,9 @@ def test_cli_train_then_refuse_then_resume_then_eval(tiny_dir, tmp_path, capsys)
     (["--learning-rate", "-0.1"], "--learning-rate must be a number in (0, inf]"),
     (["--task", "gsm8k"], "needs --data"),
     (["--group-size", "0"], "--group-size must be an int >= 1"),
+    (["--estimator", "gae"], "--estimator must be one of"),
+    (["--dual-clip", "0.5"], "--dual-clip must be a number in (1, inf]"),
+    (["--loss-mode", "gpg", "--dual-clip", "2"], "--dual-clip needs loss_mode 'vanilla'"),
 ])
 def test_cli_bad_options_get_clear_messages(tiny_dir, tmp_path, args, message, capsys):
     base = ["train", "--model", str(tiny_dir), "--output-dir", str(tmp_path / "x")]
