@@ -133,3 +133,26 @@ def test_fresh_adapter_starts_as_the_base_model(tokenizer):
 def test_lora_on_all_linear_layers(policy, name):
     model, _ = policy
     assert any(f"{name}.lora_A" in n for n, _ in model.named_parameters())
+
+
+def test_rollouts_select_keeps_every_field_of_the_chosen_rows():
+    """Dynamic sampling drops groups with ``Rollouts.select``: each field of the result
+    holds exactly the chosen rows, in order (texts and problems too), and the timing
+    is kept."""
+    import torch
+
+    from scaleup.rollout import Rollouts
+    from scaleup.tasks import Problem
+
+    n = 4
+    roll = Rollouts(torch.arange(n * 2).view(n, 2), torch.arange(n * 2).view(n, 2) % 2,
+                    torch.arange(n * 3).view(n, 3) + 100, torch.arange(n * 3).view(n, 3) % 3,
+                    torch.tensor([True, False, True, False]), [f"t{i}" for i in range(n)],
+                    [Problem(f"p{i}", str(i)) for i in range(n)], 1.5)
+    rows = torch.tensor([3, 1])
+    sub = roll.select(rows)
+    for name in ("prompt_ids", "prompt_mask", "completion_ids", "response_mask", "truncated"):
+        assert torch.equal(getattr(sub, name), getattr(roll, name)[rows]), name
+    assert sub.texts == ["t3", "t1"]
+    assert [p.prompt for p in sub.problems] == ["p3", "p1"]
+    assert sub.sample_seconds == 1.5

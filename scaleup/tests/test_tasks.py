@@ -255,6 +255,36 @@ def test_gsm8k_evaluation_must_be_a_separate_file_without_shared_questions(tmp_p
         "overlapping_questions"] == 1
 
 
+def test_gsm8k_held_out_messages_and_record_exactly(tmp_path):
+    """The whole of each message (a user reads it) and of the record ``eval.json`` keeps;
+    a byte-identical copy of the training file under another name is the training file."""
+    train = _gsm(tmp_path / "train.jsonl", ["How many apples?"])
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(train.read_bytes())
+    test = _gsm(tmp_path / "test.jsonl", ["How many plums?", "How many figs?"])
+    mixed = _gsm(tmp_path / "mixed.jsonl", ["how many apples?", "How many figs?"])
+    cases = [
+        (None, "task 'gsm8k' evaluates on a separate file: pass --eval-data PATH (e.g. "
+               "GSM8K's test.jsonl); the training file is not held out"),
+        (str(tmp_path / "nope.jsonl"), f"--eval-data {str(tmp_path / 'nope.jsonl')!r} does "
+                                        "not exist"),
+        (str(copy), f"--eval-data {str(copy)!r} is the training file (--data); evaluation "
+                    "must be held out (pass --allow-overlap to do it anyway)"),
+        (str(mixed), f"--eval-data {str(mixed)!r}: 1 of its 2 questions are also in the "
+                     f"training file {str(train)!r}; evaluation must be held out (pass "
+                     "--allow-overlap to do it anyway)"),
+    ]
+    for eval_path, message in cases:
+        with pytest.raises(TaskError) as e:
+            check_gsm8k_held_out(train, eval_path)
+        assert str(e.value) == message
+    assert check_gsm8k_held_out(train, str(test)) == {
+        "rule": "a separate file; no evaluation question is a training question",
+        "eval_data": str(test), "data": str(train), "eval_questions": 2,
+        "overlapping_questions": 0, "allow_overlap": False}
+    assert check_gsm8k_held_out(train, str(copy), allow_overlap=True)["allow_overlap"] is True
+
+
 def test_the_shared_gsm8k_test_split_is_held_out_from_train():
     """The data this project points users at: GSM8K's test file shares no question with
     its train file (checked when the files are present)."""
@@ -263,3 +293,75 @@ def test_the_shared_gsm8k_test_split_is_held_out_from_train():
         pytest.skip("GSM8K files not present")
     record = check_gsm8k_held_out(root / "train.jsonl", str(root / "test.jsonl"))
     assert record["overlapping_questions"] == 0 and record["eval_questions"] == 1319
+
+
+def test_numbers_in_latex_and_trailing_punctuation():
+    """The checker's normal forms that answers take in practice: ``\\frac``, ``\\dfrac``,
+    ``\\tfrac`` (numerator with its sign, over the denominator), an empty ``\\text{ }``,
+    a final full stop."""
+    assert normalize_number(r"\frac{1}{2}") == Fraction(1, 2)
+    assert normalize_number(r"\dfrac{-3}{4}") == Fraction(-3, 4)
+    assert normalize_number(r"\tfrac{6}{3}") == 2
+    assert normalize_number(r"\frac{2}{5}") != normalize_number(r"\frac{5}{2}")
+    assert normalize_number(r"12\text{ }") == 12
+    assert normalize_number("42.") == 42
+    assert check_answer(r"so \boxed{\frac{3}{4}}", "0.75") == 1
+
+
+def test_gsm8k_answers_take_the_last_marker_and_keep_fractions():
+    from scaleup.tasks import parse_gsm8k_answer
+
+    assert parse_gsm8k_answer("a #### 3/4") == "3/4"
+    assert parse_gsm8k_answer("x #### 1 #### 5") == "5"
+    assert parse_gsm8k_answer("#### 1,234") == "1234"
+    assert parse_gsm8k_answer("#### 6/3") == "2"
+    assert parse_gsm8k_answer("so 3 + 4 ####7") == "7"
+    assert parse_gsm8k_answer("no marker") is None
+
+
+def test_gsm8k_reader_skips_blank_lines_anywhere_and_words_its_errors(tmp_path):
+    rows = [json.dumps({"question": f"Q{i}?", "answer": f"#### {i}"}) for i in range(3)]
+    path = tmp_path / "d.jsonl"
+    path.write_text(rows[0] + "\n\n" + rows[1] + "\n   \n" + rows[2] + "\n", encoding="utf-8")
+    assert [p.answer for p in load_gsm8k(path)] == ["0", "1", "2"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(TaskError) as e:
+        load_gsm8k(empty)
+    assert str(e.value) == f"GSM8K data file {str(empty)!r} holds no problems"
+    with pytest.raises(TaskError) as e:
+        load_gsm8k(tmp_path / "none.jsonl")
+    assert str(e.value) == f"GSM8K data file {str(tmp_path / 'none.jsonl')!r} does not exist"
+    bad = tmp_path / "bad.jsonl"
+    long_answer = "x" * 50 + "the end"
+    bad.write_text(json.dumps({"question": "Q?", "answer": long_answer}) + "\n")
+    with pytest.raises(TaskError) as e:
+        load_gsm8k(bad)
+    assert str(e.value).endswith(f"got ...{long_answer[-40:]!r}")
+    unicode = tmp_path / "u.jsonl"
+    unicode.write_bytes((json.dumps({"question": "Ünïcode ½?", "answer": "#### 1"},
+                                    ensure_ascii=False) + "\n").encode("utf-8"))
+    assert load_gsm8k(unicode)[0].prompt.startswith("Ünïcode ½?")
+
+
+def test_arithmetic_and_dataset_tasks_score_with_their_checker():
+    problem = ArithmeticTask().sample(1, seed=0, step=0)[0]
+    task = ArithmeticTask()
+    assert task.score(f"\\boxed{{{problem.answer}}}", problem) == 1
+    assert task.score(f"\\boxed{{{int(problem.answer) + 1}}}", problem) == 0
+    assert task.score(f"it is {problem.answer}", problem) == 0  # no box, no fallback
+    assert ArithmeticTask(fallback_last_number=True).score(f"it is {problem.answer}",
+                                                           problem) == 1
+
+
+def test_dataset_task_samples_distinct_problems_from_its_stream():
+    from scaleup.tasks import Problem
+
+    task = DatasetTask([Problem(f"q{i}", str(i)) for i in range(20)])
+    a = task.sample(10, seed=0, step=3)
+    assert len({p.prompt for p in a}) == 10  # without replacement
+    assert a == task.sample(10, seed=0, step=3, stream=0)
+    assert a != task.sample(10, seed=0, step=3, stream=1)
+    assert len(task.sample(50, seed=0, step=0)) == 20
+    with pytest.raises(ValueError, match="^n must be"):
+        task.sample(0, seed=0, step=0)
