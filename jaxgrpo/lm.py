@@ -48,7 +48,6 @@ from jaxgrpo.loss import (
     clip_metrics,
     grpo_loss,
     k3_kl,
-    masked_aggregate,
     masked_mean,
     selective_log_softmax,
     value_loss,
@@ -205,20 +204,18 @@ def lm_loss(model: Qwen2, problems: Problems, completions: jax.Array, inputs: Up
             cfg: LMConfig) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """The update's loss and ``(logp_new, token entropy)``, both (N, L).
 
-    ``grpo_loss`` (with ``max_len = L`` for ``agg="constant"``), minus
-    ``entropy_coef * masked_aggregate(entropy)`` when ``entropy_coef > 0``, plus
+    ``grpo_loss`` (with ``max_len = L`` for ``agg="constant"``, and its entropy bonus
+    ``- entropy_coef * entropy`` aggregated like the loss, skipped when 0), plus
     ``vf_coef * value_loss`` for GAE. Same as ``torchref.lm.lm_loss``.
     """
     hidden = completion_hidden(model, problems.tokens, problems.mask, completions)
     logits = model.logits(hidden)
     logp_new = selective_log_softmax(logits, completions)
+    entropy = token_entropy(logits)
     loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
                      cfg.clip_eps, cfg.beta, cfg.agg, cfg.clip_eps_high, cfg.dual_clip,
-                     cfg.importance_level, cfg.length)
-    entropy = token_entropy(logits)
-    if cfg.entropy_coef > 0:
-        loss = loss - cfg.entropy_coef * masked_aggregate(entropy, inputs.mask, cfg.agg,
-                                                          cfg.length)
+                     cfg.importance_level, cfg.length, entropy=entropy,
+                     entropy_coef=cfg.entropy_coef)
     if inputs.returns is not None:
         loss = loss + cfg.vf_coef * value_loss(model.values(hidden), inputs.returns,
                                                inputs.mask)

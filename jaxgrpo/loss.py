@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from grpospec import AGG_MODES, check_grpo_loss, check_same_shape, scalar_or_none
+from grpospec import check_grpo_loss, check_same_shape, scalar_or_none
 from jaxgrpo._arrays import as_array, as_float_array
 
 
@@ -376,32 +376,3 @@ def _clip_metrics(logp_new, logp_old, adv, mask, clip_eps, eps_high, importance_
 
 _clip_metrics_jit = jax.jit(_clip_metrics, static_argnames=("importance_level", "use_dual_clip"))
 
-
-def masked_aggregate(x: jax.Array, mask: jax.Array, agg: str = "token",
-                     max_len: int | None = None) -> jax.Array:
-    """A per-token quantity (N, T) aggregated as ``grpo_loss`` aggregates its tokens.
-
-    ``"token"``: ``sum(x m) / sum(m)``; ``"seq"``: mean over rows of
-    ``sum_t(x m) / sum_t(m)``; ``"constant"``: ``sum(x m) / (N * max_len)`` (``max_len``
-    defaulting to T). Masked positions (``mask == 0``) may hold anything, NaN included;
-    a row or batch with no valid token adds 0. Used for the entropy bonus:
-    ``loss - entropy_coef * masked_aggregate(entropy, mask, agg)``. ``agg`` and
-    ``max_len`` are static.
-
-    >>> import jax.numpy as jnp
-    >>> x = jnp.array([[1.0, 1.0, 1.0, 1.0], [4.0, jnp.nan, 0.0, 0.0]])
-    >>> m = jnp.array([[1, 1, 1, 1], [1, 0, 0, 0]])
-    >>> [round(float(masked_aggregate(x, m, a)), 4) for a in ("token", "seq", "constant")]
-    [1.6, 2.5, 1.0]
-    """
-    check_same_shape(x=jnp.shape(x), mask=jnp.shape(mask))
-    if agg not in AGG_MODES:
-        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
-    valid = mask != 0
-    w = valid.astype(x.dtype)
-    total = jnp.where(valid, x, 0)
-    if agg == "token":
-        return jnp.sum(total) / jnp.maximum(jnp.sum(w), 1)
-    if agg == "seq":
-        return jnp.mean(jnp.sum(total, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1))
-    return jnp.sum(total) / (x.shape[0] * (x.shape[1] if max_len is None else max_len))

@@ -33,7 +33,6 @@ from torchref.loss import (
     clip_metrics,
     grpo_loss,
     k3_kl,
-    masked_aggregate,
     masked_mean,
     selective_log_softmax,
     value_loss,
@@ -238,13 +237,11 @@ def lm_loss(policy: PolicyLM, problems: Problems, completions: torch.Tensor,
     hidden = completion_hidden(policy, problems.tokens, problems.mask, completions)
     logits = policy.logits(hidden)
     logp_new = selective_log_softmax(logits, completions)
+    entropy = token_entropy(logits)
     loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
                      cfg.clip_eps, cfg.beta, cfg.agg, cfg.clip_eps_high, cfg.dual_clip,
-                     cfg.importance_level, cfg.length)
-    entropy = token_entropy(logits)
-    if cfg.entropy_coef > 0:
-        loss = loss - cfg.entropy_coef * masked_aggregate(entropy, inputs.mask, cfg.agg,
-                                                          cfg.length)
+                     cfg.importance_level, cfg.length, entropy=entropy,
+                     entropy_coef=cfg.entropy_coef)
     if inputs.returns is not None:
         loss = loss + cfg.vf_coef * value_loss(policy.values(hidden), inputs.returns,
                                                inputs.mask)

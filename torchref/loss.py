@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from grpospec import AGG_MODES, check_grpo_loss, check_same_shape
+from grpospec import check_grpo_loss, check_same_shape
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -290,30 +290,3 @@ def clip_metrics(
                 ((ratio > dual_clip) & (a < 0)).to(logp_new.dtype), mask)
     return out
 
-
-def masked_aggregate(x: torch.Tensor, mask: torch.Tensor, agg: str = "token",
-                     max_len: int | None = None) -> torch.Tensor:
-    """A per-token quantity (N, T) aggregated as ``grpo_loss`` aggregates its tokens.
-
-    ``"token"``: ``sum(x m) / sum(m)``; ``"seq"``: mean over rows of
-    ``sum_t(x m) / sum_t(m)``; ``"constant"``: ``sum(x m) / (N * max_len)`` (``max_len``
-    defaulting to T). Masked positions (``mask == 0``) may hold anything, NaN included;
-    a row or batch with no valid token adds 0. Used for the entropy bonus:
-    ``loss - entropy_coef * masked_aggregate(entropy, mask, agg)``.
-
-    >>> x = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, float("nan"), 0.0, 0.0]])
-    >>> m = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])
-    >>> [round(float(masked_aggregate(x, m, a)), 4) for a in ("token", "seq", "constant")]
-    [1.6, 2.5, 1.0]
-    """
-    check_same_shape(x=tuple(x.shape), mask=tuple(mask.shape))
-    if agg not in AGG_MODES:
-        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
-    valid = mask != 0
-    w = valid.to(x.dtype)
-    total = torch.where(valid, x, torch.zeros((), dtype=x.dtype))
-    if agg == "token":
-        return total.sum() / w.sum().clamp(min=1)
-    if agg == "seq":
-        return (total.sum(dim=1) / w.sum(dim=1).clamp(min=1)).mean()
-    return total.sum() / (x.shape[0] * (x.shape[1] if max_len is None else max_len))
