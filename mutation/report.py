@@ -26,6 +26,10 @@ EQUIVALENT: dict[str, str] = {
     "question keys compare equal (both sides normalised alike)",
     "scaleup.tasks.xǁDatasetTaskǁsample__mutmut_16": "replace=None is falsy: the same "
     "sampling without replacement",
+    "torchref.loss.x_grpo_loss__mutmut_163": "SAPO's temperature at A = 0 (> vs >=): the "
+    "term is multiplied by A = 0, value and gradient",
+    "jaxgrpo.loss.x__grpo_loss__mutmut_146": "the fill value of masked positions of the "
+    "TIS gap: they are masked again before use",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout
@@ -33,14 +37,28 @@ SURVIVED = {0}
 NO_TESTS = {5, 33}
 
 
-def load(root: Path = Path("mutants")) -> dict[str, dict[str, int | None]]:
-    """``{module: {mutant name: exit code or None}}`` from mutmut's meta files."""
+def load(root: Path = Path("mutants"), source: Path | None = Path(".")
+         ) -> dict[str, dict[str, int | None]]:
+    """``{module: {mutant name: exit code or None}}`` from mutmut's meta files; with
+    ``source``, the mutants of functions no longer in the source tree are left out (code
+    removed since mutmut made them)."""
     out: dict[str, dict[str, int | None]] = {}
     for meta in sorted(root.rglob("*.py.meta")):
         rel = meta.relative_to(root).with_suffix("").with_suffix("")
         module = ".".join(rel.parts)
-        out[module] = json.loads(meta.read_text())["exit_code_by_key"]
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        if source is not None and (source / rel.with_suffix(".py")).is_file():
+            text = (source / rel.with_suffix(".py")).read_text()
+            codes = {n: c for n, c in codes.items() if f"def {_function(module, n)}(" in text}
+        out[module] = codes
     return out
+
+
+def _function(module: str, mutant: str) -> str:
+    """The function a mutant name points at: ``m.x_name__mutmut_3`` -> ``name``;
+    ``m.xǁClassǁmethod__mutmut_3`` -> ``method``."""
+    name = mutant[len(module) + 1:].rsplit("__mutmut_", 1)[0]
+    return name.split("ǁ")[-1] if "ǁ" in name else name.removeprefix("x_")
 
 
 def table(results: dict[str, dict[str, int | None]]) -> tuple[str, list[str]]:
