@@ -364,6 +364,18 @@ def progress_listener(fn):
         _PROGRESS_LISTENERS.remove(fn)
 
 
+def steps_runner(update_step: Callable):
+    """``run(runner, start_step, n_steps)``: ``lax.scan`` of ``update_step(runner, step)``
+    over steps ``start_step .. start_step + n_steps - 1`` (``n_steps`` static), returning
+    the new carry and the stacked metrics. Shared by every trainer's ``make_trainer``."""
+
+    def run(runner, start_step, n_steps: int):
+        steps = jnp.asarray(start_step, jnp.int32) + jnp.arange(n_steps, dtype=jnp.int32)
+        return jax.lax.scan(update_step, runner, steps)
+
+    return run
+
+
 class Trainer(NamedTuple):
     """What :func:`make_train` builds: ``init(key) -> RunnerState`` and
     ``run(runner, start_step, n_steps) -> (runner, metrics)``; ``n_steps`` is static."""
@@ -429,11 +441,7 @@ def make_trainer(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | No
             report_progress(step + 1, progress_every, cfg.steps)
         return RunnerState(nnx.state((model, optimizer)), runner.ref, key), metrics
 
-    def run(runner: RunnerState, start_step, n_steps: int):
-        steps = jnp.asarray(start_step, jnp.int32) + jnp.arange(n_steps, dtype=jnp.int32)
-        return jax.lax.scan(_update_step, runner, steps)
-
-    return Trainer(init, run)
+    return Trainer(init, steps_runner(_update_step))
 
 
 def make_train(cfg: CountingConfig, batch_sharding: jax.sharding.Sharding | None = None,

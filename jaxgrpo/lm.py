@@ -35,6 +35,7 @@ from jaxgrpo.counting import (
     rollout_stats,
     seeds_to_list,
     select_groups,
+    steps_runner,
     token_entropy,
 )
 from jaxgrpo.lm_tasks import (
@@ -332,11 +333,7 @@ def make_trainer(cfg: LMConfig, batch_sharding: jax.sharding.Sharding | None = N
             report_progress(step + 1, progress_every, cfg.steps)
         return RunnerState(nnx.state((model, optimizer)), runner.ref, key), metrics
 
-    def run(runner: RunnerState, start_step, n_steps: int):
-        steps = jnp.asarray(start_step, jnp.int32) + jnp.arange(n_steps, dtype=jnp.int32)
-        return jax.lax.scan(_update_step, runner, steps)
-
-    return Trainer(init, run)
+    return Trainer(init, steps_runner(_update_step))
 
 
 def _build(cfg: LMConfig, key: jax.Array, pretrained: bool = True):
