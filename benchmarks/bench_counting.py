@@ -20,6 +20,7 @@ XLA_FLAGS is already set); the single-device rows run on the first device as usu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -61,7 +62,7 @@ def _jax_run_time(cfg: CountingConfig, seeds: list[int], repeats: int, mesh=None
     """Median time of the compiled program (compiled once, one warm-up call first): the
     whole run in one call without progress reports, or (``as_the_cli_runs``) as
     ``jaxgrpo counting`` runs it: in chunks of a tenth of the steps, reporting progress
-    from inside the program every step."""
+    from inside the program (about 20 reports a run)."""
     if as_the_cli_runs:
         program = compile_jax_seeds(cfg, seeds, mesh)
     else:
@@ -69,6 +70,33 @@ def _jax_run_time(cfg: CountingConfig, seeds: list[int], repeats: int, mesh=None
     run_jax(program, cfg, lambda _: None)
     _settle()
     return _median_time(lambda: run_jax(program, cfg, lambda _: None), repeats)
+
+
+def progress_overhead(cfg: CountingConfig, seeds: list[int], repeats: int) -> dict[str, float]:
+    """What the CLI's chunks and progress reports cost: the run as the CLI runs it, and in
+    the same chunks without reports, each timed right after the one-call run (calls
+    interleaved, so a busy machine slows all three alike), as medians of the per-round
+    ratios of wall time and of process CPU time."""
+    programs = {"one call": compile_jax_seeds(cfg, seeds, chunk_steps=cfg.steps,
+                                              progress_every=0),
+                "chunks": compile_jax_seeds(cfg, seeds, progress_every=0),
+                "cli": compile_jax_seeds(cfg, seeds)}
+    for p in programs.values():
+        run_jax(p, cfg, lambda _: None)
+    wall = {k: [] for k in programs}
+    cpu = {k: [] for k in programs}
+    for _ in range(repeats):
+        for k, p in programs.items():
+            w, c = time.perf_counter(), time.process_time()
+            run_jax(p, cfg, lambda _: None)
+            wall[k].append(time.perf_counter() - w)
+            cpu[k].append(time.process_time() - c)
+    out = {}
+    for k in ("chunks", "cli"):
+        for name, t in (("wall", wall), ("cpu", cpu)):
+            out[f"{k}/{name}"] = statistics.median(
+                a / b for a, b in zip(t[k], t["one call"], strict=True))
+    return out
 
 
 def main() -> None:
@@ -104,9 +132,11 @@ def main() -> None:
                  t_many.run_s / j_many))
     rows.append((f"{args.seeds} JAX seeds vs 1 torch seed", j_many, torch_one / j_many))
     j_cli = _jax_run_time(cfg, seeds, args.repeats, as_the_cli_runs=True)
-    rows.append((f"{args.seeds} seeds, JAX in 10 chunks with per-step progress (the CLI)",
+    rows.append((f"{args.seeds} seeds, JAX in 10 chunks with progress reports (the CLI)",
                  j_cli, t_many.run_s / j_cli))
-    progress_overhead = j_cli / j_many
+    overhead = progress_overhead(cfg, seeds, max(args.repeats, 9))
+    long_cfg = dataclasses.replace(cfg, steps=10 * cfg.steps)
+    long_overhead = progress_overhead(long_cfg, seeds, 3)
     n_dev = len(jax.devices())
     if n_dev > 1 and args.seeds % n_dev == 0:
         mesh = (n_dev, 1)
@@ -141,8 +171,11 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, t, ratio in rows:
         print(f"| {name} | {t:.4f} | {'' if ratio is None else f'{ratio:.1f}x'} |")
-    print(f"\nchunks + per-step progress reports: {progress_overhead:.3f}x the time of the "
-          f"same {args.seeds} seeds in one call without them")
+    for steps, o in ((cfg.steps, overhead), (long_cfg.steps, long_overhead)):
+        print(f"\n{steps} steps, {args.seeds} seeds, as the CLI runs them (10 chunks, "
+              f"~20 progress reports) vs one call without reports, median ratio of "
+              f"interleaved runs: wall {o['cli/wall']:.3f}x, CPU {o['cli/cpu']:.3f}x "
+              f"(the chunks alone: wall {o['chunks/wall']:.3f}x, CPU {o['chunks/cpu']:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -113,3 +113,174 @@ def test_train_counting_default_seed_is_0():
     b = jaxgrpo.train_counting(seed=0, steps=2)
     assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
     assert math.isfinite(float(a["loss"][-1]))
+
+
+def test_estimator_and_sapo_defaults_are_the_papers(impl):
+    """``estimator_advantages`` defaults to GAE's gamma = 1, lambda = 0.95 (the values
+    ``gae_advantages`` documents); SAPO's gate temperatures default to the paper's 1.0 for
+    positive and 1.05 for negative advantages."""
+    import inspect
+    from importlib import import_module
+
+    advantages = import_module(f"{impl.mod.__name__}.advantages")
+    sig = inspect.signature(advantages.estimator_advantages).parameters
+    assert (sig["gamma"].default, sig["lam"].default) == (1.0, 0.95)
+    loss = inspect.signature(impl.mod.grpo_loss).parameters
+    assert (loss["sapo_temperature_pos"].default, loss["sapo_temperature_neg"].default) == (
+        1.0, 1.05)
+    # the SAPO defaults act: the same loss as with the temperatures given
+    g = np.random.default_rng(1)
+    new, old = g.normal(0, 0.5, (4, 3)), g.normal(0, 0.5, (4, 3))
+    args = (new, old, old, np.array([1.0, -1.0, 0.5, -2.0]), np.ones((4, 3)))
+    default, _ = impl.loss_and_grad(*args, dtype=np.float64, loss_mode="sapo")
+    given, _ = impl.loss_and_grad(*args, dtype=np.float64, loss_mode="sapo",
+                                  sapo_temperature_pos=1.0, sapo_temperature_neg=1.05)
+    assert default == pytest.approx(given, rel=1e-12)
+    # and the defaults act: terminal reward 1 of a 3-token row, values 0 -> [0.95^2, 0.95, 1]
+    rewards, mask = impl.array([1.0, 0.0]), impl.array(np.ones((2, 3)))
+    lengths = impl.array(np.array([3, 3]), np.int64) if impl.name == "torch" else \
+        impl.array(np.array([3, 3]), np.int32)
+    _, returns = advantages.estimator_advantages("gae", rewards, 2, mask, lengths,
+                                                 values=impl.array(np.zeros((2, 3))))
+    np.testing.assert_allclose(np.asarray(returns)[0], [0.95 ** 2, 0.95, 1.0], rtol=1e-6)
+
+
+def test_gae_estimator_puts_the_reward_on_the_last_valid_token_of_short_rows(impl):
+    """Rows shorter than the padded width T: the terminal reward sits at ``lengths - 1``
+    (a one-hot of width T even when no row is full), gamma = lambda = 1 and values 0 give
+    returns (unwhitened advantages) r on every valid token."""
+    rewards = impl.array([1.0, 2.0])
+    mask = impl.array([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    lengths = impl.array(np.array([2, 1]), np.int64 if impl.name == "torch" else np.int32)
+    from importlib import import_module
+
+    advantages = import_module(f"{impl.mod.__name__}.advantages")
+    adv, returns = advantages.estimator_advantages("gae", rewards, 2, mask, lengths,
+                                                   values=impl.array(np.zeros((2, 4))),
+                                                   gamma=1.0, lam=1.0)
+    assert np.asarray(adv).shape == (2, 4)
+    np.testing.assert_allclose(np.asarray(returns) * np.asarray(mask),
+                               [[1, 1, 0, 0], [2, 0, 0, 0]], atol=1e-6)
+    with pytest.raises(ValueError, match=r"^estimator='gae' needs values \(N, T\), got None$"):
+        advantages.estimator_advantages("gae", rewards, 2, mask, lengths)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, a: m.group_advantages("r", 2), "rewards must be "),
+    (lambda m, a: m.reinforce_pp_advantages([0.0, 1.0]) if m.__name__ == "torchref"
+     else m.reinforce_pp_advantages("r"), "rewards must be "),
+    (lambda m, a: m.gae_advantages(a(np.zeros((1, 2))), "v", a(np.ones((1, 2)))),
+     "values must be "),
+    (lambda m, a: m.exact_policy_gradient("t", a(np.zeros(2))), "theta must be "),
+    (lambda m, a: m.exact_policy_gradient(a(np.zeros(2)), "r"), "rewards must be "),
+    (lambda m, a: m.grpo_loss(a(np.zeros((1, 2))), "o", a(np.zeros((1, 2))), a(np.zeros(1)),
+                              a(np.ones((1, 2)))), "logp_old must be "),
+    (lambda m, a: m.grpo_loss(a(np.zeros((1, 2))), a(np.zeros((1, 2))), a(np.zeros((1, 2))),
+                              a(np.zeros(1)), "m"), "mask must be "),
+    (lambda m, a: m.clip_metrics(a(np.zeros((1, 2))), a(np.zeros((1, 2))), "a",
+                                 a(np.ones((1, 2)))), "adv must be "),
+])
+def test_type_errors_name_the_argument_and_the_type_given(impl, call, message):
+    with pytest.raises(TypeError) as e:
+        call(impl.mod, impl.array)
+    text = str(e.value)
+    assert text.startswith(message), text
+    assert text.endswith((", got str", ", got list")), text
+
+
+def test_bandit_torch_type_errors_name_theta_and_rewards():
+    import torch
+
+    import torchref
+
+    with pytest.raises(TypeError, match=r"^theta must be a torch.Tensor, got list$"):
+        torchref.reinforce_gradient([0.0], torch.ones(1), 2, 0.0, torch.Generator())
+    with pytest.raises(TypeError, match=r"^rewards must be a torch.Tensor, got list$"):
+        torchref.reinforce_gradient(torch.zeros(1), [1.0], 2, 0.0, torch.Generator())
+
+
+def test_counter_policy_without_a_value_head_says_so(impl):
+    from importlib import import_module
+
+    counting = import_module(f"{impl.mod.__name__}.counting")
+    if impl.name == "jax":
+        from flax import nnx
+
+        policy = counting.CounterPolicy(rngs=nnx.Rngs(0))
+        prompts, completions = np.zeros(2, np.int32), np.zeros((2, 5), np.int32)
+    else:
+        policy = counting.CounterPolicy()
+        prompts, completions = impl.array([0, 1], np.int64), impl.array(np.zeros((2, 5)), np.int64)
+    with pytest.raises(ValueError, match=r"^this CounterPolicy has no value head "
+                                         r"\(value_head=False\)$"):
+        policy.values(prompts, completions)
+
+
+def test_torch_loss_of_mixed_dtype_inputs_is_computed_in_logp_new_dtype():
+    """float64 ``logp_new`` with float32 ``logp_old``, ``logp_ref``, ``adv``, ``entropy``:
+    every term is computed in float64, so the loss equals the all-float64 loss to 1e-13
+    (a term left in float32 is off by ~1e-8): KL, entropy bonus, top-entropy selection and
+    the sequence-level ratio."""
+    import torch
+
+    import torchref
+
+    g = np.random.default_rng(3)
+    n, t = 4, 6
+    f32 = {k: torch.from_numpy(g.normal(0, 0.3, (n, t)).astype(np.float32))
+           for k in ("old", "ref", "ent")}
+    f32["ent"] = f32["ent"].abs()
+    adv = torch.from_numpy(g.normal(0, 1, n).astype(np.float32))
+    new = torch.from_numpy(g.normal(0, 0.3, (n, t)))
+    mask = torch.ones(n, t)
+    mask[0, 4:] = 0
+    for kw in (dict(beta=0.3), dict(entropy_coef=0.1), dict(top_entropy_quantile=0.5),
+               dict(importance_level="sequence")):
+        extra = {"entropy": f32["ent"]} if "beta" not in kw else {}
+        mixed = torchref.grpo_loss(new, f32["old"], f32["ref"], adv, mask, **kw, **extra)
+        up = {k: v.double() for k, v in extra.items()}
+        full = torchref.grpo_loss(new, f32["old"].double(), f32["ref"].double(), adv.double(),
+                                  mask.double(), **kw, **up)
+        assert mixed.dtype == torch.float64, kw
+        assert abs(float(mixed) - float(full)) < 1e-13, (kw, float(mixed) - float(full))
+
+
+def test_clip_metrics_of_bfloat16_log_probs_and_a_bad_importance_level(impl):
+    """Half-precision log-probs are measured in float32 (the shares are those of the
+    float32 ratios), and an unknown ``importance_level`` is refused by name."""
+    g = np.random.default_rng(0)
+    new, old = g.normal(0, 0.3, (3, 4)), g.normal(0, 0.3, (3, 4))
+    adv, mask = g.normal(0, 1, 3), np.ones((3, 4))
+    if impl.name == "torch":
+        import torch
+
+        half = torch.from_numpy(new).to(torch.bfloat16)
+        as32 = half.float()
+    else:
+        import jax.numpy as jnp
+
+        half = jnp.asarray(new, jnp.bfloat16)
+        as32 = half.astype(jnp.float32)
+    m_half = impl.mod.clip_metrics(half, impl.array(old), impl.array(adv), impl.array(mask))
+    m_32 = impl.mod.clip_metrics(as32, impl.array(old), impl.array(adv), impl.array(mask))
+    for k in m_32:
+        assert float(m_half[k]) == pytest.approx(float(m_32[k]), abs=1e-6), k
+    with pytest.raises(ValueError, match="importance_level"):
+        impl.mod.clip_metrics(impl.array(new), impl.array(old), impl.array(adv),
+                              impl.array(mask), importance_level="tokens")
+
+
+def test_progress_is_reported_at_every_kth_step_and_at_the_end():
+    """``make_train(cfg, progress_every=2)`` over 5 steps reports 2, 4 and 5 steps done."""
+    import jax
+
+    from grpospec import CountingConfig
+    from jaxgrpo.counting import make_train, progress_listener
+
+    heard = []
+    with progress_listener(heard.append):
+        _, metrics = jax.jit(make_train(CountingConfig(steps=5), progress_every=2))(
+            jax.random.key(0))
+        jax.block_until_ready(metrics)
+        jax.effects_barrier()
+    assert [int(d) for d in heard] == [2, 4, 5]

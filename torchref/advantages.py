@@ -116,6 +116,9 @@ def gae_advantages(
     Returns:
       ``(advantages, returns)``, both (N, T), 0 at masked positions.
     """
+    for name, x in (("rewards", rewards), ("values", values), ("mask", mask)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     check_gae(tuple(rewards.shape), tuple(values.shape), tuple(mask.shape), gamma, lam)
     valid = mask != 0
     w = valid.to(values.dtype)
