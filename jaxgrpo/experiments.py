@@ -34,6 +34,9 @@ class Experiment:
     notes: dict = field(default_factory=dict)
     program: str = "counting"  # "counting" (CountingConfig) or "lm" (LMConfig)
     contrasts: tuple[tuple[str, str], ...] = ()  # (A, B): table rows of B - A, with CIs
+    # a 2x2 design: ((factor 1, factor 2), (arm at (0, 0), (1, 0), (0, 1), (1, 1))): table
+    # rows of each factor's main effect and of the interaction, with CIs (factorial_effects)
+    factorial: tuple[tuple[str, str], tuple[str, str, str, str]] | None = None
 
     def config(self, arm: str) -> CountingConfig | LMConfig:
         """The configuration of ``arm``: the shared settings, then the arm's own."""
@@ -53,6 +56,23 @@ EXPERIMENTS: dict[str, Experiment] = {
                   "fix (token mean, no std)": dict(agg="token", estimator="dr_grpo")},
             panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
             table=("len_incorrect", "len_correct", "mean_reward"),
+        ),
+        Experiment(
+            name="length-2x2",
+            question="The length-bias experiment's two arms change the aggregation (seq or "
+                     "token mean) and the std normalisation (GRPO or Dr. GRPO advantages) at "
+                     "once; the 2x2 design measures each factor on its own.",
+            base=dict(task="variable", completion_length=12, steps=200, learning_rate=0.02,
+                      beta=0.0),
+            arms={"seq mean, std norm": dict(agg="seq", estimator="grpo"),
+                  "token mean, std norm": dict(agg="token", estimator="grpo"),
+                  "seq mean, no std": dict(agg="seq", estimator="dr_grpo"),
+                  "token mean, no std": dict(agg="token", estimator="dr_grpo")},
+            panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
+            table=("len_incorrect", "len_correct", "mean_length", "mean_reward"),
+            factorial=(("seq mean (vs token mean)", "std norm (vs no std)"),
+                       ("token mean, no std", "seq mean, no std", "token mean, std norm",
+                        "seq mean, std norm")),
         ),
         Experiment(
             name="entropy",
@@ -200,12 +220,75 @@ def table_markdown(exp: Experiment, results: dict[str, RunResult]) -> str:
             d, lo, hi = diff_ci(sa, sb)
             cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
         lines.append(f"| {b} minus {a} | " + " | ".join(cells) + " |")
+    if exp.factorial is not None:
+        effects = {name: [factorial_effects(*(per_seed(results[arm])[i]
+                                              for arm in exp.factorial[1]))[name]
+                          for i in range(len(cols))]
+                   for name in ("factor 1", "factor 2", "interaction")}
+        labels = {"factor 1": f"effect of {exp.factorial[0][0]}",
+                  "factor 2": f"effect of {exp.factorial[0][1]}",
+                  "interaction": "interaction"}
+        for name, cells in effects.items():
+            lines.append(f"| {labels[name]} | " + " | ".join(
+                "n/a" if c is None else f"{c[0]:+.3f} [{c[1]:+.3f}, {c[2]:+.3f}]"
+                for c in cells) + " |")
     n = len(next(iter(results.values())).seeds)
     note = f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps."
+    if exp.factorial is not None:
+        note += (" An effect is the mean over the other factor's two levels of the "
+                 "difference it makes; the interaction is how much that difference "
+                 "changes between the other factor's levels (half the difference of the "
+                 "two differences); each +- 1.96 standard errors, real at the 95% level "
+                 "when its interval excludes 0.")
     if exp.contrasts:
         note += (" A difference is real at the 95% level when its interval excludes 0 "
                  "(independent runs: +- 1.96 sqrt(SE_A^2 + SE_B^2)).")
     return "\n".join(lines) + note + "\n"
+
+
+def factorial_effects(y00, y10, y01, y11) -> dict[str, tuple[float, float, float] | None]:
+    """Main effects and interaction of a 2x2 design from per-seed values of its four arms
+    (``y10``: factor 1 on, factor 2 off; ...), each ``(estimate, lo, hi)`` with a normal
+    95% interval over independent runs; ``None`` if an arm has no values.
+
+    ``factor 1`` = ((y10 - y00) + (y11 - y01)) / 2, ``factor 2`` likewise, and
+    ``interaction`` = ((y11 - y01) - (y10 - y00)) / 2: each a contrast ``sum_k c_k mean_k``
+    with ``|c_k| = 1/2``, so its standard error is ``sqrt(sum_k SE_k^2) / 2``.
+
+    >>> e = factorial_effects(np.array([0.0, 2]), np.array([1.0, 3]), np.array([0.0, 2]),
+    ...                       np.array([3.0, 5]))
+    >>> [round(e[k][0], 3) for k in ("factor 1", "factor 2", "interaction")]
+    [2.0, 1.0, 1.0]
+    """
+    arms = []
+    for y in (y00, y10, y01, y11):
+        if y is None:
+            return {"factor 1": None, "factor 2": None, "interaction": None}
+        y = np.asarray(y, dtype=np.float64)
+        y = y[np.isfinite(y)]
+        arms.append((y.mean(), y.std(ddof=1) / np.sqrt(len(y)) if len(y) > 1 else 0.0))
+    (m00, _), (m10, _), (m01, _), (m11, _) = arms
+    se = float(np.sqrt(sum(s**2 for _, s in arms)) / 2)
+    out = {}
+    for name, d in (("factor 1", ((m10 - m00) + (m11 - m01)) / 2),
+                    ("factor 2", ((m01 - m00) + (m11 - m10)) / 2),
+                    ("interaction", ((m11 - m01) - (m10 - m00)) / 2)):
+        out[name] = (float(d), float(d - 1.96 * se), float(d + 1.96 * se))
+    return out
+
+
+def seed_finals_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
+    """Per-seed final values (mean of the last LAST steps) of the table's metrics, and the
+    reward over all steps: one CSV row per arm and seed."""
+    names = [*exp.table, "mean_reward (all steps)"]
+    rows = ["arm,seed," + ",".join(names)]
+    for arm, r in results.items():
+        cols = [seed_means(r.metrics[m], LAST) if m in r.metrics else
+                np.full(len(r.seeds), np.nan) for m in exp.table]
+        cols.append(seed_means(r.metrics["mean_reward"]))
+        for i, s in enumerate(r.seeds):
+            rows.append(f"{arm},{s}," + ",".join(f"{c[i]:.6g}" for c in cols))
+    return "\n".join(rows) + "\n"
 
 
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
@@ -249,5 +332,7 @@ def write_experiment(exp: Experiment, results: dict[str, RunResult], out: Path) 
     """Write ``out/<name>.png`` and ``out/<name>.md``; returns the markdown table."""
     plot_experiment(exp, results, out / f"{exp.name}.png")
     table = table_markdown(exp, results)
+    if exp.factorial is not None:
+        (out / f"{exp.name}.csv").write_text(seed_finals_csv(exp, results))
     (out / f"{exp.name}.md").write_text(f"### {exp.name}\n\n{exp.question}\n\n{table}")
     return table
