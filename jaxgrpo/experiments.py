@@ -291,6 +291,39 @@ def seed_finals_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
     return "\n".join(rows) + "\n"
 
 
+#: y-axis label (with units) of each metric the experiments plot, and its bounds: every
+#: metric here is >= 0; the shares are also <= 1.
+Y_LABELS = {
+    "mean_reward": "mean reward (0 to 1)",
+    "correct_frac": "share of completions correct",
+    "entropy": "entropy (nats per token)",
+    "kl": "KL to the reference (nats per token)",
+    "frac_reward_zero_std": "share of groups with equal rewards",
+    "ds_filled": "zero-variance groups kept (of 16)",
+    "len_incorrect": "length (tokens)",
+    "len_correct": "length (tokens)",
+    "mean_length": "length (tokens)",
+}
+SHARES = ("mean_reward", "correct_frac", "frac_reward_zero_std")
+
+
+def y_label(metric: str) -> str:
+    """The y-axis label of ``metric``, with its unit."""
+    if metric.startswith("clip_ratio/"):
+        return "share of tokens clipped"
+    return Y_LABELS.get(metric, metric)
+
+
+def set_y_axis(ax, metric: str) -> None:
+    """Label the y axis and show the whole range from 0 (and up to 1 for a share), so
+    that the noise of a small quantity is not magnified into a feature."""
+    ax.set_ylabel(y_label(metric))
+    if metric in SHARES or metric.startswith("clip_ratio/"):
+        ax.set_ylim(0, 1.02 if metric in SHARES else None)
+    else:
+        ax.set_ylim(bottom=0)
+
+
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
     """Curves per metric (and reward per sampled token), mean over seeds, 95% band."""
     import matplotlib
@@ -310,6 +343,7 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
             ax.fill_between(steps, lo, hi, alpha=0.2)
         ax.set_title(metric)
         ax.set_xlabel("step")
+        set_y_axis(ax, metric)
         ax.grid(alpha=0.3)
     if exp.per_token:
         ax = axes[0][-1]
@@ -320,9 +354,12 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
             ax.fill_between(tokens, lo, hi, alpha=0.2)
         ax.set_title("mean_reward per sampled token")
         ax.set_xlabel("cumulative sampled tokens")
+        set_y_axis(ax, "mean_reward")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{exp.name}: mean over seeds, band = 95% interval", fontsize=10)
+    n = len(next(iter(results.values())).seeds)
+    fig.suptitle(f"{exp.name}: mean over {n} seeds; band: bootstrap 95% interval of the mean "
+                 "over seeds", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
