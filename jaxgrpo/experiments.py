@@ -324,6 +324,26 @@ def set_y_axis(ax, metric: str) -> None:
         ax.set_ylim(bottom=0)
 
 
+def curves_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
+    """Per-step curves of the plotted metrics: mean over seeds and its bootstrap 95%
+    interval, one CSV row per arm and step (what the figure draws, as numbers)."""
+    names = [m for m in dict.fromkeys((*exp.panels, *exp.table)) if m != "sampled_tokens"]
+    rows = ["arm,step," + ",".join(f"{m},{m} lo,{m} hi" for m in names)
+            + ",cumulative sampled tokens"]
+    for arm, r in results.items():
+        stats = []
+        for m in names:
+            if m in r.metrics:
+                stats.append(mean_ci(r.metrics[m]))
+            else:
+                stats.append((np.full(r.metrics["mean_reward"].shape[1], np.nan),) * 3)
+        tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0)
+        for t in range(len(tokens)):
+            rows.append(f"{arm},{t}," + ",".join(f"{s[0][t]:.6g},{s[1][t]:.6g},{s[2][t]:.6g}"
+                                                 for s in stats) + f",{tokens[t]:.6g}")
+    return "\n".join(rows) + "\n"
+
+
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
     """Curves per metric (and reward per sampled token), mean over seeds, 95% band."""
     import matplotlib
@@ -366,10 +386,12 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
 
 
 def write_experiment(exp: Experiment, results: dict[str, RunResult], out: Path) -> str:
-    """Write ``out/<name>.png`` and ``out/<name>.md``; returns the markdown table."""
+    """Write ``out/<name>.png``, ``out/<name>.md`` and ``out/<name>-curves.csv`` (and, for
+    a factorial design, the per-seed finals ``out/<name>.csv``); returns the table."""
     plot_experiment(exp, results, out / f"{exp.name}.png")
     table = table_markdown(exp, results)
     if exp.factorial is not None:
         (out / f"{exp.name}.csv").write_text(seed_finals_csv(exp, results))
+    (out / f"{exp.name}-curves.csv").write_text(curves_csv(exp, results))
     (out / f"{exp.name}.md").write_text(f"### {exp.name}\n\n{exp.question}\n\n{table}")
     return table
