@@ -8,6 +8,8 @@ over seeds with a 95% band) and a markdown table of final figures with 95% inter
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,14 +283,21 @@ def seed_finals_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
     """Per-seed final values (mean of the last LAST steps) of the table's metrics, and the
     reward over all steps: one CSV row per arm and seed."""
     names = [*exp.table, "mean_reward (all steps)"]
-    rows = ["arm,seed," + ",".join(names)]
+    rows = [["arm", "seed", *names]]
     for arm, r in results.items():
         cols = [seed_means(r.metrics[m], LAST) if m in r.metrics else
                 np.full(len(r.seeds), np.nan) for m in exp.table]
         cols.append(seed_means(r.metrics["mean_reward"]))
         for i, s in enumerate(r.seeds):
-            rows.append(f"{arm},{s}," + ",".join(f"{c[i]:.6g}" for c in cols))
-    return "\n".join(rows) + "\n"
+            rows.append([arm, s, *(f"{c[i]:.6g}" for c in cols)])
+    return _csv(rows)
+
+
+def _csv(rows: list[list]) -> str:
+    """``rows`` as CSV text (arm names hold commas: they are quoted)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()
 
 
 #: y-axis label (with units) of each metric the experiments plot, and its bounds: every
@@ -328,8 +337,8 @@ def curves_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
     """Per-step curves of the plotted metrics: mean over seeds and its bootstrap 95%
     interval, one CSV row per arm and step (what the figure draws, as numbers)."""
     names = [m for m in dict.fromkeys((*exp.panels, *exp.table)) if m != "sampled_tokens"]
-    rows = ["arm,step," + ",".join(f"{m},{m} lo,{m} hi" for m in names)
-            + ",cumulative sampled tokens"]
+    rows = [["arm", "step", *(f"{m}{part}" for m in names for part in ("", " lo", " hi")),
+             "cumulative sampled tokens"]]
     for arm, r in results.items():
         stats = []
         for m in names:
@@ -339,9 +348,9 @@ def curves_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
                 stats.append((np.full(r.metrics["mean_reward"].shape[1], np.nan),) * 3)
         tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0)
         for t in range(len(tokens)):
-            rows.append(f"{arm},{t}," + ",".join(f"{s[0][t]:.6g},{s[1][t]:.6g},{s[2][t]:.6g}"
-                                                 for s in stats) + f",{tokens[t]:.6g}")
-    return "\n".join(rows) + "\n"
+            rows.append([arm, t, *(f"{x[t]:.6g}" for st in stats for x in st),
+                         f"{tokens[t]:.6g}"])
+    return _csv(rows)
 
 
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
