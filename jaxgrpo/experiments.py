@@ -109,6 +109,22 @@ EXPERIMENTS: dict[str, Experiment] = {
             per_token=True,
         ),
         Experiment(
+            name="std-scale",
+            question="Why does GRPO learn more slowly than Dr. GRPO on the counting task: "
+                     "the overall scale of its advantages, or the per-prompt weights of its "
+                     "group std? TRL's scale_rewards='batch' divides by one std for the "
+                     "whole batch: GRPO's scale without its per-prompt weights.",
+            base=dict(steps=80),
+            arms={"group std (GRPO)": dict(estimator="grpo"),
+                  "batch std": dict(estimator="grpo", scale_rewards="batch"),
+                  "no std (Dr. GRPO)": dict(estimator="dr_grpo")},
+            panels=("mean_reward", "entropy", "frac_reward_zero_std"),
+            table=("mean_reward", "entropy"),
+            contrasts=(("group std (GRPO)", "batch std"),
+                       ("group std (GRPO)", "no std (Dr. GRPO)"),
+                       ("no std (Dr. GRPO)", "batch std")),
+        ),
+        Experiment(
             name="lm-length-bias",
             question="On the tiny Qwen2 (arithmetic, free scratch tokens after the answer, "
                      "12 tokens at most): does GRPO's per-sequence normalisation make "
