@@ -209,9 +209,9 @@ class ExperimentArgs:
     """Reproduce a GRPO failure mode and its fix: a PNG of curves and a markdown table."""
 
     name: tyro.conf.Positional[str]
-    """an experiment (length-bias, entropy, zero-signal, estimators; on the language model
-    lm-length-bias, lm-entropy, lm-zero-signal, lm-estimators), or a group: counting, lm,
-    all"""
+    """an experiment (length-bias, length-2x2, entropy, zero-signal, estimators, std-scale;
+    on the language model lm-length-bias, lm-entropy, lm-zero-signal, lm-estimators), or a
+    group: counting, lm, all"""
     seeds: int = 64
     """seeds per arm (vmapped), >= 2"""
     seed: int = 0

@@ -8,6 +8,8 @@ over seeds with a 95% band) and a markdown table of final figures with 95% inter
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,9 @@ class Experiment:
     notes: dict = field(default_factory=dict)
     program: str = "counting"  # "counting" (CountingConfig) or "lm" (LMConfig)
     contrasts: tuple[tuple[str, str], ...] = ()  # (A, B): table rows of B - A, with CIs
+    # a 2x2 design: ((factor 1, factor 2), (arm at (0, 0), (1, 0), (0, 1), (1, 1))): table
+    # rows of each factor's main effect and of the interaction, with CIs (factorial_effects)
+    factorial: tuple[tuple[str, str], tuple[str, str, str, str]] | None = None
 
     def config(self, arm: str) -> CountingConfig | LMConfig:
         """The configuration of ``arm``: the shared settings, then the arm's own."""
@@ -53,6 +58,23 @@ EXPERIMENTS: dict[str, Experiment] = {
                   "fix (token mean, no std)": dict(agg="token", estimator="dr_grpo")},
             panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
             table=("len_incorrect", "len_correct", "mean_reward"),
+        ),
+        Experiment(
+            name="length-2x2",
+            question="The length-bias experiment's two arms change the aggregation (seq or "
+                     "token mean) and the std normalisation (GRPO or Dr. GRPO advantages) at "
+                     "once; the 2x2 design measures each factor on its own.",
+            base=dict(task="variable", completion_length=12, steps=200, learning_rate=0.02,
+                      beta=0.0),
+            arms={"seq mean, std norm": dict(agg="seq", estimator="grpo"),
+                  "token mean, std norm": dict(agg="token", estimator="grpo"),
+                  "seq mean, no std": dict(agg="seq", estimator="dr_grpo"),
+                  "token mean, no std": dict(agg="token", estimator="dr_grpo")},
+            panels=("len_incorrect", "len_correct", "mean_reward", "mean_length"),
+            table=("len_incorrect", "len_correct", "mean_length", "mean_reward"),
+            factorial=(("seq mean (vs token mean)", "std norm (vs no std)"),
+                       ("token mean, no std", "seq mean, no std", "token mean, std norm",
+                        "seq mean, std norm")),
         ),
         Experiment(
             name="entropy",
@@ -85,6 +107,22 @@ EXPERIMENTS: dict[str, Experiment] = {
             panels=("mean_reward", "entropy", "frac_reward_zero_std"),
             table=("mean_reward", "entropy"),
             per_token=True,
+        ),
+        Experiment(
+            name="std-scale",
+            question="Why does GRPO learn more slowly than Dr. GRPO on the counting task: "
+                     "the overall scale of its advantages, or the per-prompt weights of its "
+                     "group std? TRL's scale_rewards='batch' divides by one std for the "
+                     "whole batch: GRPO's scale without its per-prompt weights.",
+            base=dict(steps=80),
+            arms={"group std (GRPO)": dict(estimator="grpo"),
+                  "batch std": dict(estimator="grpo", scale_rewards="batch"),
+                  "no std (Dr. GRPO)": dict(estimator="dr_grpo")},
+            panels=("mean_reward", "entropy", "frac_reward_zero_std"),
+            table=("mean_reward", "entropy"),
+            contrasts=(("group std (GRPO)", "batch std"),
+                       ("group std (GRPO)", "no std (Dr. GRPO)"),
+                       ("no std (Dr. GRPO)", "batch std")),
         ),
         Experiment(
             name="lm-length-bias",
@@ -200,12 +238,135 @@ def table_markdown(exp: Experiment, results: dict[str, RunResult]) -> str:
             d, lo, hi = diff_ci(sa, sb)
             cells.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
         lines.append(f"| {b} minus {a} | " + " | ".join(cells) + " |")
+    if exp.factorial is not None:
+        effects = {name: [factorial_effects(*(per_seed(results[arm])[i]
+                                              for arm in exp.factorial[1]))[name]
+                          for i in range(len(cols))]
+                   for name in ("factor 1", "factor 2", "interaction")}
+        labels = {"factor 1": f"effect of {exp.factorial[0][0]}",
+                  "factor 2": f"effect of {exp.factorial[0][1]}",
+                  "interaction": "interaction"}
+        for name, cells in effects.items():
+            lines.append(f"| {labels[name]} | " + " | ".join(
+                "n/a" if c is None else f"{c[0]:+.3f} [{c[1]:+.3f}, {c[2]:+.3f}]"
+                for c in cells) + " |")
     n = len(next(iter(results.values())).seeds)
     note = f"\n\n{n} seeds per arm; final = mean of the last {LAST} steps."
+    if exp.factorial is not None:
+        note += (" An effect is the mean over the other factor's two levels of the "
+                 "difference it makes; the interaction is how much that difference "
+                 "changes between the other factor's levels (half the difference of the "
+                 "two differences); each +- 1.96 standard errors, real at the 95% level "
+                 "when its interval excludes 0.")
     if exp.contrasts:
         note += (" A difference is real at the 95% level when its interval excludes 0 "
                  "(independent runs: +- 1.96 sqrt(SE_A^2 + SE_B^2)).")
     return "\n".join(lines) + note + "\n"
+
+
+def factorial_effects(y00, y10, y01, y11) -> dict[str, tuple[float, float, float] | None]:
+    """Main effects and interaction of a 2x2 design from per-seed values of its four arms
+    (``y10``: factor 1 on, factor 2 off; ...), each ``(estimate, lo, hi)`` with a normal
+    95% interval over independent runs; ``None`` if an arm has no values.
+
+    ``factor 1`` = ((y10 - y00) + (y11 - y01)) / 2, ``factor 2`` likewise, and
+    ``interaction`` = ((y11 - y01) - (y10 - y00)) / 2: each a contrast ``sum_k c_k mean_k``
+    with ``|c_k| = 1/2``, so its standard error is ``sqrt(sum_k SE_k^2) / 2``.
+
+    >>> e = factorial_effects(np.array([0.0, 2]), np.array([1.0, 3]), np.array([0.0, 2]),
+    ...                       np.array([3.0, 5]))
+    >>> [round(e[k][0], 3) for k in ("factor 1", "factor 2", "interaction")]
+    [2.0, 1.0, 1.0]
+    """
+    arms = []
+    for y in (y00, y10, y01, y11):
+        if y is None:
+            return {"factor 1": None, "factor 2": None, "interaction": None}
+        y = np.asarray(y, dtype=np.float64)
+        y = y[np.isfinite(y)]
+        arms.append((y.mean(), y.std(ddof=1) / np.sqrt(len(y)) if len(y) > 1 else 0.0))
+    (m00, _), (m10, _), (m01, _), (m11, _) = arms
+    se = float(np.sqrt(sum(s**2 for _, s in arms)) / 2)
+    out = {}
+    for name, d in (("factor 1", ((m10 - m00) + (m11 - m01)) / 2),
+                    ("factor 2", ((m01 - m00) + (m11 - m10)) / 2),
+                    ("interaction", ((m11 - m01) - (m10 - m00)) / 2)):
+        out[name] = (float(d), float(d - 1.96 * se), float(d + 1.96 * se))
+    return out
+
+
+def seed_finals_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
+    """Per-seed final values (mean of the last LAST steps) of the table's metrics, and the
+    reward over all steps: one CSV row per arm and seed."""
+    names = [*exp.table, "mean_reward (all steps)"]
+    rows = [["arm", "seed", *names]]
+    for arm, r in results.items():
+        cols = [seed_means(r.metrics[m], LAST) if m in r.metrics else
+                np.full(len(r.seeds), np.nan) for m in exp.table]
+        cols.append(seed_means(r.metrics["mean_reward"]))
+        for i, s in enumerate(r.seeds):
+            rows.append([arm, s, *(f"{c[i]:.6g}" for c in cols)])
+    return _csv(rows)
+
+
+def _csv(rows: list[list]) -> str:
+    """``rows`` as CSV text (arm names hold commas: they are quoted)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()
+
+
+#: y-axis label (with units) of each metric the experiments plot, and its bounds: every
+#: metric here is >= 0; the shares are also <= 1.
+Y_LABELS = {
+    "mean_reward": "mean reward (0 to 1)",
+    "correct_frac": "share of completions correct",
+    "entropy": "entropy (nats per token)",
+    "kl": "KL to the reference (nats per token)",
+    "frac_reward_zero_std": "share of groups with equal rewards",
+    "ds_filled": "zero-variance groups kept (of 16)",
+    "len_incorrect": "length (tokens)",
+    "len_correct": "length (tokens)",
+    "mean_length": "length (tokens)",
+}
+SHARES = ("mean_reward", "correct_frac", "frac_reward_zero_std")
+
+
+def y_label(metric: str) -> str:
+    """The y-axis label of ``metric``, with its unit."""
+    if metric.startswith("clip_ratio/"):
+        return "share of tokens clipped"
+    return Y_LABELS.get(metric, metric)
+
+
+def set_y_axis(ax, metric: str) -> None:
+    """Label the y axis and show the whole range from 0 (and up to 1 for a share), so
+    that the noise of a small quantity is not magnified into a feature."""
+    ax.set_ylabel(y_label(metric))
+    if metric in SHARES or metric.startswith("clip_ratio/"):
+        ax.set_ylim(0, 1.02 if metric in SHARES else None)
+    else:
+        ax.set_ylim(bottom=0)
+
+
+def curves_csv(exp: Experiment, results: dict[str, RunResult]) -> str:
+    """Per-step curves of the plotted metrics: mean over seeds and its bootstrap 95%
+    interval, one CSV row per arm and step (what the figure draws, as numbers)."""
+    names = [m for m in dict.fromkeys((*exp.panels, *exp.table)) if m != "sampled_tokens"]
+    rows = [["arm", "step", *(f"{m}{part}" for m in names for part in ("", " lo", " hi")),
+             "cumulative sampled tokens"]]
+    for arm, r in results.items():
+        stats = []
+        for m in names:
+            if m in r.metrics:
+                stats.append(mean_ci(r.metrics[m]))
+            else:
+                stats.append((np.full(r.metrics["mean_reward"].shape[1], np.nan),) * 3)
+        tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0)
+        for t in range(len(tokens)):
+            rows.append([arm, t, *(f"{x[t]:.6g}" for st in stats for x in st),
+                         f"{tokens[t]:.6g}"])
+    return _csv(rows)
 
 
 def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) -> None:
@@ -227,6 +388,7 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
             ax.fill_between(steps, lo, hi, alpha=0.2)
         ax.set_title(metric)
         ax.set_xlabel("step")
+        set_y_axis(ax, metric)
         ax.grid(alpha=0.3)
     if exp.per_token:
         ax = axes[0][-1]
@@ -237,17 +399,24 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
             ax.fill_between(tokens, lo, hi, alpha=0.2)
         ax.set_title("mean_reward per sampled token")
         ax.set_xlabel("cumulative sampled tokens")
+        set_y_axis(ax, "mean_reward")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{exp.name}: mean over seeds, band = 95% interval", fontsize=10)
+    n = len(next(iter(results.values())).seeds)
+    fig.suptitle(f"{exp.name}: mean over {n} seeds; band: bootstrap 95% interval of the mean "
+                 "over seeds", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def write_experiment(exp: Experiment, results: dict[str, RunResult], out: Path) -> str:
-    """Write ``out/<name>.png`` and ``out/<name>.md``; returns the markdown table."""
+    """Write ``out/<name>.png``, ``out/<name>.md`` and ``out/<name>-curves.csv`` (and, for
+    a factorial design, the per-seed finals ``out/<name>.csv``); returns the table."""
     plot_experiment(exp, results, out / f"{exp.name}.png")
     table = table_markdown(exp, results)
+    if exp.factorial is not None:
+        (out / f"{exp.name}.csv").write_text(seed_finals_csv(exp, results))
+    (out / f"{exp.name}-curves.csv").write_text(curves_csv(exp, results))
     (out / f"{exp.name}.md").write_text(f"### {exp.name}\n\n{exp.question}\n\n{table}")
     return table
