@@ -15,6 +15,7 @@ from pathlib import Path
 
 import tyro
 from rich.console import Console
+from rich.markup import escape
 
 from grpospec.cli import option_message
 from scaleup.config import ConfigError, TrainConfig
@@ -23,7 +24,7 @@ console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False,
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False,
                   markup=True)
     raise SystemExit(2)
 

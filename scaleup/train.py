@@ -186,6 +186,11 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         say(f"resuming {out} from {ckpt.name} with its saved config")
     cfg.validate()
     check_held_out(cfg)
+    if cfg.rollout == "vllm":  # before anything is loaded or created
+        from scaleup.vllm_rollout import import_vllm
+
+        import_vllm(torch.device("cuda" if cfg.device.startswith("cuda") or (
+            cfg.device == "auto" and torch.cuda.is_available()) else "cpu"))
     setup = init_distributed(cfg.device)
     try:
         result = _train(cfg, resume, stop_after, show_progress, setup.device, say)
@@ -212,6 +217,7 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
         optimizer = make_optimizer(model, cfg)
         stops = stop_token_ids(tokenizer, model)
         sampler = make_sampler(cfg, model, tokenizer, device)
+        set_threads(cfg, device)  # again: vLLM's CPU worker binds its own threads
         tracker = make_tracker(cfg, out) if main else None
         log_path = out / LOG_NAME
         start = 0

