@@ -132,8 +132,9 @@ def evaluate_run(output_dir: str | Path, n_problems: int = 200, batch_size: int 
     ``eval_data`` / ``allow_overlap`` / ``rollout`` override the run's ``--eval-data`` /
     ``--allow-overlap`` / ``--rollout`` (``vllm``: greedy decoding by a vLLM engine
     serving the checkpoint's adapter; the starting model is the engine without it).
-    Writes ``eval.json`` (accuracies, difference, 95% interval, exploit-flag counts, and how the set was held out) and ``eval_samples.jsonl``
-    (``n_samples`` completions of each model) into the folder.
+    Writes ``eval.json`` (accuracies, difference, 95% interval, exploit-flag counts,
+    and how the set was held out) and ``eval_samples.jsonl`` (``n_samples`` completions
+    of each model) into the folder.
     """
     out = Path(output_dir)
     ckpt = usable_checkpoint(out, say=lambda m: tqdm.write(m))
