@@ -42,6 +42,8 @@ def parse_args(argv=None):
     p.add_argument("--step-tokens", type=int, default=32, help="new tokens (default 32)")
     p.add_argument("--steps", type=int, default=6, help="GRPO steps per trainer (default 6)")
     p.add_argument("--skip", default="", help="comma list of parts to skip: sampling,trl")
+    p.add_argument("--vllm-eager", action="store_true",
+                   help="vLLM without torch.compile (starts in seconds; slower sampling)")
     p.add_argument("--json", default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -64,7 +66,8 @@ def save_model(folder: Path, sizes: str, dtype: torch.dtype) -> Path:
 
 
 # ---------------------------------------------------------------- sampling
-def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32) -> list[dict]:
+def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=False
+                   ) -> list[dict]:
     from transformers import AutoModelForCausalLM
 
     from scaleup.config import TrainConfig
@@ -76,7 +79,7 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32) -> list
     model = add_lora(AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), cfg)
     t0 = time.perf_counter()
     sampler = VllmSampler(str(folder), dtype, torch.device("cpu"), 16,
-                          prompt_len + max(lengths) + 8, 0.2)
+                          prompt_len + max(lengths) + 8, 0.2, enforce_eager=eager)
     startup = time.perf_counter() - t0
     sampler.sync(model)
     vllm = sampler._vllm
@@ -121,7 +124,8 @@ def step_cfg(folder, args, rollout):
                        prompts_per_step=args.prompts, group_size=args.group,
                        max_new_tokens=args.step_tokens, micro_batch_size=args.group,
                        lora_r=16, lora_alpha=32, learning_rate=1e-2, steps=args.steps,
-                       rollout=rollout, threads=1, vllm_gpu_memory_utilization=0.05)
+                       rollout=rollout, threads=1, vllm_gpu_memory_utilization=0.05,
+                       vllm_enforce_eager=args.vllm_eager)
 
 
 def bench_project(folder, args, rollout) -> dict:
@@ -217,7 +221,7 @@ def main(argv=None) -> dict:
             folder = save_model(tmp / "sample_model", "tiny" if args.quick else "0.5b", dtype)
             result["sampling"] = bench_sampling(
                 folder, dtype, [int(x) for x in args.sample_batches.split(",")],
-                [int(x) for x in args.sample_tokens.split(",")])
+                [int(x) for x in args.sample_tokens.split(",")], eager=args.vllm_eager)
         folder = save_model(tmp / "step_model", args.step_model, torch.float32)
         steps = [bench_project(folder, args, "hf"), bench_project(folder, args, "vllm")]
         if "trl" not in skip:
