@@ -15,6 +15,7 @@ from pathlib import Path
 
 import tyro
 from rich.console import Console
+from rich.markup import escape
 
 from grpospec.cli import option_message
 from scaleup.config import ConfigError, TrainConfig
@@ -23,7 +24,7 @@ console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False,
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False,
                   markup=True)
     raise SystemExit(2)
 
@@ -33,8 +34,10 @@ def _user_errors():
     from scaleup.modeling import ModelLoadError
     from scaleup.tasks import TaskError
     from scaleup.train import OutputDirError
+    from scaleup.vllm_rollout import VllmUnavailable
 
-    return (ConfigError, ModelLoadError, TaskError, OutputDirError, CheckpointError)
+    return (ConfigError, ModelLoadError, TaskError, OutputDirError, CheckpointError,
+            VllmUnavailable)
 
 
 def train(cfg: TrainConfig, resume: bool = False) -> None:
@@ -79,6 +82,8 @@ class EvalConfig:
     """GSM8K evaluation JSONL; None: the run's --eval-data"""
     allow_overlap: bool | None = None
     """evaluate GSM8K even if --eval-data overlaps the training file; None: the run's"""
+    rollout: str | None = None
+    """decoder: 'hf' (generate) or 'vllm' (a vLLM engine serving the adapter); None: the run's"""
 
 
 def evaluate(cfg: EvalConfig) -> None:
@@ -93,7 +98,7 @@ def evaluate(cfg: EvalConfig) -> None:
     try:
         r = evaluate_run(cfg.output_dir, cfg.n_problems, cfg.batch_size, cfg.max_new_tokens,
                          cfg.n_boot, cfg.n_samples, cfg.device, cfg.eval_data,
-                         cfg.allow_overlap, show_progress=True)
+                         cfg.allow_overlap, show_progress=True, rollout=cfg.rollout)
     except _user_errors() as e:
         _fail(option_message(str(e), EvalConfig))
     lo, hi = r["ci95"]

@@ -19,6 +19,8 @@ from grpospec.checks import (
 from scaleup.tasks import TASKS
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp")  # no value model: no "gae"
+ROLLOUTS = ("hf", "vllm")
+REPORT_TO = ("none", "tensorboard", "wandb", "trackio")  # TRL's report_to values
 
 
 class ConfigError(ValueError):
@@ -122,6 +124,22 @@ class TrainConfig:
     """compute the KL to the reference for the logs even when beta = 0 (one more forward)"""
     logprob_chunk: int = 64
     """positions per chunk when turning hidden states into log-probs"""
+    separate_logp_old: bool = False
+    """one inner epoch: compute logp_old in its own no-grad pass (else the forward's, detached)"""
+    rollout: str = "hf"
+    """sampler: 'hf' (transformers generate) or 'vllm' (a colocated vLLM engine, the adapter)"""
+    tis_cap: float | None = None
+    """truncated importance sampling C >= 1: policy term * min(exp(old - sampler), C); needs vllm"""
+    vllm_gpu_memory_utilization: float | None = None
+    """vLLM's share of GPU memory (on CPU: of RAM); None: 0.3 on GPU, 0.2 on CPU"""
+    vllm_enable_sleep_mode: bool = False
+    """GPU: vLLM frees its memory while the trainer updates (sleep / wake_up each step)"""
+    vllm_weight_sync: str = "merged"
+    """how vLLM gets each update: 'merged' (W + BA loaded into it) or 'lora' (a LoRARequest)"""
+    vllm_enforce_eager: bool = False
+    """vLLM without compilation / CUDA graphs: starts much faster, samples more slowly"""
+    report_to: str = "none"
+    """experiment tracking: 'none', 'tensorboard' (<output-dir>/tensorboard), 'wandb', 'trackio'"""
     threads: int | None = None
     """torch CPU threads; None: 1 on CPU (more can be 60x slower on a busy machine)"""
     seed: int = 0
@@ -174,6 +192,17 @@ class TrainConfig:
                 msg = str(e).replace("the maximum length", "max_new_tokens")
                 raise ConfigError(msg) from None
         _range(self.overlong_penalty, "overlong_penalty", 0, math.inf)
+        _in(self.rollout, ROLLOUTS, "rollout")
+        _in(self.report_to, REPORT_TO, "report_to")
+        _in(self.vllm_weight_sync, ("merged", "lora"), "vllm_weight_sync")
+        if self.tis_cap is not None:
+            _range(self.tis_cap, "tis_cap", 1, math.inf)
+            if self.rollout != "vllm":
+                raise ConfigError("tis_cap corrects a sampler that differs from the trainer: it "
+                                  f"needs --rollout vllm, got rollout {self.rollout!r}")
+        if self.vllm_gpu_memory_utilization is not None:
+            _range(self.vllm_gpu_memory_utilization, "vllm_gpu_memory_utilization", 0, 1,
+                   low_open=True)
         _in(self.dtype, ("auto", "bfloat16", "float32"), "dtype")
         _in(self.task, TASKS, "task")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -212,7 +241,7 @@ class TrainConfig:
                     kl_estimator=self.kl_estimator, loss_mode=self.loss_mode,
                     entropy_coef=self.entropy_coef,
                     sapo_temperature_pos=self.sapo_temperature_pos,
-                    sapo_temperature_neg=self.sapo_temperature_neg)
+                    sapo_temperature_neg=self.sapo_temperature_neg, tis_cap=self.tis_cap)
 
     @property
     def batch_size(self) -> int:

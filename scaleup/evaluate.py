@@ -8,6 +8,7 @@ kept together); sample completions of each model are written with checker-exploi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from contextlib import nullcontext
@@ -87,17 +88,22 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int = 10_000, seed: i
 
 def run_model(model, tokenizer, task, problems: list[Problem], max_new_tokens: int,
               batch_size: int, stop_ids: list[int], device: torch.device,
-              adapter: bool = True, progress=None) -> list[dict]:
+              adapter: bool = True, progress=None, sampler=None) -> list[dict]:
     """Greedy completions of every problem, scored; ``adapter=False`` evaluates the
     starting model. Returns one record per problem; ``progress(k)`` is called after each
-    batch of ``k`` problems."""
+    batch of ``k`` problems. ``sampler`` (``--rollout vllm``, serving the adapter)
+    decodes instead of ``generate``."""
     records = []
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
-        ctx = nullcontext() if adapter else model.disable_adapter()
-        with ctx:
-            roll = sample_rollouts(model, tokenizer, chunk, 1, max_new_tokens, stop_ids, device,
-                                   greedy=True)
+        if sampler is not None:
+            roll = sampler.sample(tokenizer, chunk, 1, max_new_tokens, stop_ids, device,
+                                  greedy=True, adapter=adapter)
+        else:
+            ctx = nullcontext() if adapter else model.disable_adapter()
+            with ctx:
+                roll = sample_rollouts(model, tokenizer, chunk, 1, max_new_tokens, stop_ids,
+                                       device, greedy=True)
         for text, prob, trunc in zip(roll.texts, chunk, roll.truncated.tolist(), strict=True):
             records.append({"prompt": prob.prompt, "answer": prob.answer, "completion": text,
                             "correct": task.score(text, prob), "truncated": bool(trunc),
@@ -118,14 +124,17 @@ def write_atomic(path: Path, text: str) -> None:
 def evaluate_run(output_dir: str | Path, n_problems: int = 200, batch_size: int = 16,
                  max_new_tokens: int | None = None, n_boot: int = 10_000, n_samples: int = 20,
                  device: str | None = None, eval_data: str | None = None,
-                 allow_overlap: bool | None = None, show_progress: bool = False) -> dict:
+                 allow_overlap: bool | None = None, show_progress: bool = False,
+                 rollout: str | None = None) -> dict:
     """Evaluate the newest complete checkpoint of the run in ``output_dir`` against the
     starting model, on a held-out set (:func:`held_out_problems`).
 
-    ``eval_data`` / ``allow_overlap`` override the run's ``--eval-data`` /
-    ``--allow-overlap``. Writes ``eval.json`` (accuracies, difference, 95% interval,
-    exploit-flag counts, and how the set was held out) and ``eval_samples.jsonl``
-    (``n_samples`` completions of each model) into the folder.
+    ``eval_data`` / ``allow_overlap`` / ``rollout`` override the run's ``--eval-data`` /
+    ``--allow-overlap`` / ``--rollout`` (``vllm``: greedy decoding by a vLLM engine
+    serving the checkpoint's adapter; the starting model is the engine without it).
+    Writes ``eval.json`` (accuracies, difference, 95% interval, exploit-flag counts,
+    and how the set was held out) and ``eval_samples.jsonl`` (``n_samples`` completions
+    of each model) into the folder.
     """
     out = Path(output_dir)
     ckpt = usable_checkpoint(out, say=lambda m: tqdm.write(m))
@@ -136,23 +145,35 @@ def evaluate_run(output_dir: str | Path, n_problems: int = 200, batch_size: int 
         cfg.eval_data = eval_data
     if allow_overlap is not None:
         cfg.allow_overlap = allow_overlap
+    if rollout is not None:
+        cfg.rollout = rollout
+        cfg.validate()
     task = task_of(cfg)
     problems, held_out = held_out_problems(cfg, n_problems)
     model, tokenizer, dev = load_policy(cfg)
     load_adapter(model, ckpt)
     stops = stop_token_ids(tokenizer, model)
     max_new = max_new_tokens or cfg.max_new_tokens
+    sampler = None
+    if cfg.rollout == "vllm":
+        from scaleup.train import make_sampler
+
+        sampler = make_sampler(dataclasses.replace(cfg, max_new_tokens=max_new), model,
+                               tokenizer, dev)
+        sampler.sync(model)  # the checkpoint's adapter, loaded above
     with tqdm(total=2 * len(problems), desc="eval", unit="problem",
               disable=not show_progress, dynamic_ncols=True) as bar:
         final = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev,
-                          True, bar.update)
+                          True, bar.update, sampler)
         start = run_model(model, tokenizer, task, problems, max_new, batch_size, stops, dev,
-                          False, bar.update)
+                          False, bar.update, sampler)
+    if sampler is not None:
+        sampler.close()
     a = np.array([r["correct"] for r in final])
     b = np.array([r["correct"] for r in start])
     diff, lo, hi = paired_bootstrap(a, b, n_boot, cfg.seed)
     result = {
-        "checkpoint": str(ckpt), "n_problems": len(problems),
+        "checkpoint": str(ckpt), "n_problems": len(problems), "rollout": cfg.rollout,
         "accuracy_final": float(a.mean()), "accuracy_start": float(b.mean()),
         "difference": diff, "ci95": [lo, hi], "held_out": held_out,
         "flags_final": _flag_counts(final), "flags_start": _flag_counts(start),

@@ -29,6 +29,8 @@ class Rollouts:
       texts: the N completions decoded, special tokens dropped.
       problems: the N problems (each repeated G times).
       sample_seconds: wall time spent in ``generate``.
+      logp_sampler: (N, T) each sampled token's log-prob under the sampler (vLLM's,
+        ``--rollout vllm``; 0 on padding), or None (``generate``: the sampler is the trainer).
     """
 
     prompt_ids: torch.Tensor
@@ -39,6 +41,7 @@ class Rollouts:
     texts: list[str]
     problems: list[Problem]
     sample_seconds: float
+    logp_sampler: torch.Tensor | None = None
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -56,7 +59,8 @@ class Rollouts:
         return Rollouts(self.prompt_ids[rows], self.prompt_mask[rows], self.completion_ids[rows],
                         self.response_mask[rows], self.truncated[rows],
                         [self.texts[i] for i in idx], [self.problems[i] for i in idx],
-                        self.sample_seconds)
+                        self.sample_seconds,
+                        None if self.logp_sampler is None else self.logp_sampler[rows])
 
 
 def response_mask(completion_ids: torch.Tensor, stop_ids: list[int]) -> torch.Tensor:

@@ -45,6 +45,8 @@ class Batch:
     keep: torch.Tensor | None = None
     """(N, T) bool, the tokens that carry the policy term (``top_entropy_quantile``); None:
     all valid tokens"""
+    logp_sampler: torch.Tensor | None = None
+    """(N, T) the sampler's log-probs of the sampled tokens (``--rollout vllm``), or None"""
 
     @classmethod
     def from_rollouts(cls, r: Rollouts, adv: torch.Tensor, mask_truncated: bool = False
@@ -54,7 +56,8 @@ class Batch:
         mask = r.response_mask
         if mask_truncated:
             mask = mask * (~r.truncated)[:, None].to(mask.dtype)
-        return cls(r.prompt_ids, r.prompt_mask, r.completion_ids, mask, adv)
+        return cls(r.prompt_ids, r.prompt_mask, r.completion_ids, mask, adv,
+                   logp_sampler=r.logp_sampler)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -65,10 +68,13 @@ class Batch:
             return None if x is None else x[start:stop]
         return Batch(s(self.prompt_ids), s(self.prompt_mask), s(self.completion_ids),
                      s(self.mask), s(self.adv), s(self.logp_old), s(self.logp_ref),
-                     self.placeholder, s(self.keep))
+                     self.placeholder, s(self.keep), s(self.logp_sampler))
 
 
 CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+#: sampler-vs-trainer mismatch |logp_sampler - logp_old| over the sampled tokens (TRL's names)
+MISMATCH_KEYS = ("sampling/sampling_logp_difference/mean",
+                 "sampling/sampling_logp_difference/max")
 
 
 def micro_batches(n: int, size: int) -> list[tuple[int, int]]:
@@ -202,6 +208,12 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
     Returns the loss, clip fraction, entropy and (when ``logp_ref`` is given) KL, each
     averaged over the batch's valid tokens, and the largest ``|logp_new - logp_old|``.
 
+    ``batch.logp_old=None`` (one inner epoch, :func:`reuses_training_forward`): each
+    micro-batch's ``logp_old`` is its own ``logp_new`` detached (TRL's shortcut: the same
+    values a separate no-grad pass computes, so the same loss and gradient). With
+    ``batch.logp_sampler`` the statistics include the sampler-vs-trainer mismatch
+    :data:`MISMATCH_KEYS` (mean and max ``|logp_sampler - logp_new|`` over valid tokens).
+
     With ``ddp`` (K processes, ``batch`` = this rank's rows) "the batch" is all ranks'
     rows: the weights use the global normaliser, DDP all-reduces the gradient once, on
     the last micro-batch's backward (``no_sync`` before it), and the returned statistics
@@ -214,7 +226,7 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
     entropy_grad = cfg.entropy_coef != 0
     options = cfg.loss_options()
     sums = {"loss": 0.0, **dict.fromkeys(CLIP_KEYS, 0.0), "entropy": 0.0, "kl": 0.0,
-            "max_abs_log_ratio": 0.0}
+            "max_abs_log_ratio": 0.0, MISMATCH_KEYS[0]: 0.0, MISMATCH_KEYS[1]: 0.0}
     spans = micro_batches(len(batch), cfg.micro_batch_size)
     for i, (start, stop) in enumerate(spans):
         mb = batch.rows(start, stop)
@@ -222,21 +234,22 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
         with contextlib.nullcontext() if sync else ddp.no_sync():
             logp_new, ent = _mb_logprobs(model, mb, cfg.logprob_chunk, with_entropy=True,
                                          forward=ddp, entropy_grad=entropy_grad)
-            logp_ref = mb.logp_ref if mb.logp_ref is not None else mb.logp_old
+            logp_old = mb.logp_old if mb.logp_old is not None else logp_new.detach()
+            logp_ref = mb.logp_ref if mb.logp_ref is not None else logp_old
             adv, bonus = mb.adv, (ent if entropy_grad else None)
             if mb.keep is not None:
                 keep = mb.keep.to(logp_new.dtype)
                 adv = (adv[:, None] if adv.dim() == 1 else adv) * keep
                 bonus = None if bonus is None else bonus * keep
-            loss = grpo_loss(logp_new, mb.logp_old, logp_ref, adv, mb.mask, entropy=bonus,
-                             **options)
+            loss = grpo_loss(logp_new, logp_old, logp_ref, adv, mb.mask, entropy=bonus,
+                             logp_sampler=mb.logp_sampler, **options)
             w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser, batch.placeholder)
             (loss * w).backward()
         with torch.no_grad():
             tok_w = float((mb.mask != 0).sum()) / n_valid
             valid = mb.mask != 0
             sums["loss"] += float(loss.detach()) * w / k
-            clip = clip_metrics(logp_new, mb.logp_old, mb.adv, mb.mask, cfg.clip_eps,
+            clip = clip_metrics(logp_new, logp_old, mb.adv, mb.mask, cfg.clip_eps,
                                 cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip)
             for key in CLIP_KEYS:
                 sums[key] += float(clip[key]) * tok_w
@@ -244,17 +257,25 @@ def loss_backward(model, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, 
             if mb.logp_ref is not None:
                 sums["kl"] += float(k3_kl(logp_new.detach()[valid],
                                           mb.logp_ref[valid]).sum()) / n_valid
-            diff = (logp_new.detach() - mb.logp_old)[valid].abs()
+            diff = (logp_new.detach() - logp_old)[valid].abs()
             if diff.numel():
                 sums["max_abs_log_ratio"] = max(sums["max_abs_log_ratio"], float(diff.max()))
+            if mb.logp_sampler is not None:
+                gap = (logp_new.detach() - mb.logp_sampler)[valid].abs()
+                sums[MISMATCH_KEYS[0]] += float(gap.sum()) / n_valid
+                if gap.numel():
+                    sums[MISMATCH_KEYS[1]] = max(sums[MISMATCH_KEYS[1]], float(gap.max()))
     if k > 1:
-        names = ("loss", *CLIP_KEYS, "entropy", "kl")
+        names = ("loss", *CLIP_KEYS, "entropy", "kl", MISMATCH_KEYS[0])
         sums.update(zip(names, all_reduce([sums[n] for n in names], device=total.device),
                         strict=True))
-        sums["max_abs_log_ratio"] = all_reduce([sums["max_abs_log_ratio"]], "max",
-                                               device=total.device)[0]
+        sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]] = all_reduce(
+            [sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], "max", device=total.device)
     if batch.logp_ref is None:
         sums["kl"] = float("nan")
+    if batch.logp_sampler is None:
+        for key in MISMATCH_KEYS:
+            sums[key] = float("nan")
     return sums
 
 
@@ -323,7 +344,8 @@ def peak_memory_gb(device: torch.device) -> float:
 
 
 def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
-              stop_ids: list[int], device: torch.device, ddp=None) -> dict[str, float]:
+              stop_ids: list[int], device: torch.device, ddp=None, sampler=None
+              ) -> dict[str, float]:
     """One GRPO step on ``cfg.prompts_per_step`` prompts of ``task`` (see module doc).
 
     ``logp_old`` is computed by the same code as ``logp_new`` (a no-grad pass over the same
@@ -336,11 +358,23 @@ def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
     and trains its share of the step's prompts (whole groups); the returned metrics are
     those of all ranks' rows together (``sample_tokens_per_s`` is the ranks' sum,
     ``step_time_s`` and ``peak_mem_gb`` this rank's).
+
+    ``sampler`` (a :class:`scaleup.vllm_rollout.VllmSampler`, ``--rollout vllm``) samples
+    instead of ``generate``: it is given the current adapter first (:meth:`sync`), woken
+    before and put to sleep after sampling (GPU sleep mode only), and its log-probs enter
+    the loss as ``logp_sampler`` (``--tis-cap``) and the logged mismatch.
     """
     t0 = time.perf_counter()
     problems = rank_share(task.sample(cfg.prompts_per_step, cfg.seed, step))
-    roll = sample_rollouts(model, tokenizer, problems, cfg.group_size, cfg.max_new_tokens,
-                           stop_ids, device)
+    if sampler is None:
+        roll = sample_rollouts(model, tokenizer, problems, cfg.group_size, cfg.max_new_tokens,
+                               stop_ids, device)
+    else:
+        sampler.wake_up()
+        sampler.sync(model)
+        roll = sampler.sample(tokenizer, problems, cfg.group_size, cfg.max_new_tokens,
+                              stop_ids, device, seed=cfg.seed, step=step)
+        sampler.sleep()
     rewards = rewards_of(task, roll).to(device)
     lengths = roll.response_mask.sum(1).float()
     shaped = shaped_rewards(rewards, lengths, cfg)
@@ -369,8 +403,8 @@ def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
         "sample_tokens_per_s": tokens_per_s,
         "trained_rows": int(trained_rows),
     }
-    stats = dict.fromkeys(("loss", *CLIP_KEYS, "entropy", "kl", "max_abs_log_ratio"),
-                          float("nan"))
+    stats = dict.fromkeys(("loss", *CLIP_KEYS, "entropy", "kl", "max_abs_log_ratio",
+                           *MISMATCH_KEYS), float("nan"))
     if trained_rows:  # some rank has rows to train: every rank takes part in the update
         stats = _update(model, optimizer, batch if len(batch) else zero_weight_row(full), cfg,
                         ddp)
@@ -403,6 +437,16 @@ def rng_restore(snapshot, device: torch.device) -> None:
         torch.cuda.set_rng_state(cuda, device)
 
 
+def reuses_training_forward(cfg: TrainConfig) -> bool:
+    """Whether ``logp_old`` is the training forward's own ``logp_new``, detached (no
+    separate no-grad pass): exact with one inner epoch (the policy that sampled is the one
+    being differentiated, and the first epoch's dropout masks are the only ones drawn)
+    unless the top-entropy mask needs ``logp_old``'s entropies before the update, or
+    ``--separate-logp-old`` asks for the pass (and its health check)."""
+    return (cfg.inner_epochs == 1 and cfg.top_entropy_quantile == 1
+            and not cfg.separate_logp_old)
+
+
 def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, float]:
     """``logp_old`` (and ``logp_ref``), then ``cfg.inner_epochs`` optimizer steps.
 
@@ -416,6 +460,10 @@ def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[
 
     With ``ddp`` the backward passes go through it (one gradient all-reduce per optimizer
     step), so every rank clips and steps on the same, global gradient.
+
+    When :func:`reuses_training_forward`, there is no separate pass: ``logp_old`` is each
+    micro-batch's ``logp_new`` detached (the same values, so the same gradient, one
+    forward less), and ``first_epoch_max_abs_log_ratio`` is null (0 by construction).
     """
     device = batch.mask.device
     model.train()
@@ -425,8 +473,12 @@ def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[
                                                cfg.logprob_chunk)
     masks_of_old_pass = rng_snapshot(device)
     top_q = cfg.top_entropy_quantile < 1
-    batch.logp_old, ent_old = batch_logprobs(model, batch, cfg.micro_batch_size,
-                                             cfg.logprob_chunk, with_entropy=top_q)
+    reuse = reuses_training_forward(cfg)
+    if reuse:
+        batch.logp_old = None
+    else:
+        batch.logp_old, ent_old = batch_logprobs(model, batch, cfg.micro_batch_size,
+                                                 cfg.logprob_chunk, with_entropy=top_q)
     if top_q:  # the whole batch's high-entropy tokens, from the sampling policy
         batch.keep = entropy_keep_mask(ent_old, batch.mask, cfg.top_entropy_quantile)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -437,12 +489,14 @@ def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[
         optimizer.zero_grad(set_to_none=True)
         stats = loss_backward(model, batch, cfg, ddp)
         if epoch == 0:
-            first_ratio = stats["max_abs_log_ratio"]
+            first_ratio = float("nan") if reuse else stats["max_abs_log_ratio"]
+            mismatch = {k: stats[k] for k in MISMATCH_KEYS}
         if cfg.max_grad_norm > 0:
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     stats["first_epoch_max_abs_log_ratio"] = first_ratio
+    stats.update(mismatch)  # the sampler's policy is the first epoch's
     stats.pop("max_abs_log_ratio")
     return stats

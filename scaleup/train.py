@@ -41,6 +41,9 @@ CONSOLE_KEYS = ("mean_reward", "frac_reward_zero_std", "len_correct", "len_incor
                 "sample_tokens_per_s", "peak_mem_gb")
 
 
+#: tokens of prompt the vLLM engine has room for (its max_model_len less max-new-tokens)
+PROMPT_ROOM = 2048
+
 OutputDirError = OutputFolderError  # the output folder cannot be used as asked
 
 
@@ -105,6 +108,35 @@ def set_threads(cfg: TrainConfig, device: torch.device) -> int:
     return torch.get_num_threads()
 
 
+def make_sampler(cfg: TrainConfig, model, tokenizer, device: torch.device):
+    """``--rollout vllm``: the colocated vLLM engine (:class:`scaleup.vllm_rollout.
+    VllmSampler`), loaded from the base model; ``hf``: None (``generate``)."""
+    if cfg.rollout != "vllm":
+        return None
+    from scaleup.vllm_rollout import VllmSampler, VllmUnavailable
+
+    if world_size() > 1:
+        raise VllmUnavailable(f"--rollout vllm runs in one process (an engine per rank is "
+                              f"not supported yet); got {world_size()} processes")
+    max_len = min(_model_max_len(model), PROMPT_ROOM + cfg.max_new_tokens)
+    return VllmSampler(cfg.model, next(model.parameters()).dtype, device, cfg.lora_r, max_len,
+                       cfg.vllm_gpu_memory_utilization, cfg.vllm_enable_sleep_mode, cfg.seed,
+                       cfg.vllm_enforce_eager, cfg.vllm_weight_sync)
+
+
+def _model_max_len(model) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 32768) or 32768)
+
+
+def make_tracker(cfg: TrainConfig, out: Path):
+    """``--report-to``: a :class:`scaleup.tracking.Tracker` (None for ``none``)."""
+    if cfg.report_to == "none":
+        return None
+    from scaleup.tracking import make_tracker as make
+
+    return make(cfg, out)
+
+
 def check_held_out(cfg: TrainConfig) -> None:
     """Fail before training when the GSM8K evaluation file given is not held out."""
     if cfg.task == "gsm8k" and cfg.eval_data:
@@ -154,6 +186,11 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         say(f"resuming {out} from {ckpt.name} with its saved config")
     cfg.validate()
     check_held_out(cfg)
+    if cfg.rollout == "vllm":  # before anything is loaded or created
+        from scaleup.vllm_rollout import import_vllm
+
+        import_vllm(torch.device("cuda" if cfg.device.startswith("cuda") or (
+            cfg.device == "auto" and torch.cuda.is_available()) else "cpu"))
     setup = init_distributed(cfg.device)
     try:
         result = _train(cfg, resume, stop_after, show_progress, setup.device, say)
@@ -179,6 +216,9 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
         set_threads(cfg, device)
         optimizer = make_optimizer(model, cfg)
         stops = stop_token_ids(tokenizer, model)
+        sampler = make_sampler(cfg, model, tokenizer, device)
+        set_threads(cfg, device)  # again: vLLM's CPU worker binds its own threads
+        tracker = make_tracker(cfg, out) if main else None
         log_path = out / LOG_NAME
         start = 0
         if resume:
@@ -199,10 +239,12 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
             if stop_after is not None and done >= stop_after:
                 break
             metrics = grpo_step(model, tokenizer, optimizer, task, step, cfg, stops, device,
-                                ddp)
+                                ddp, sampler)
             started = True
             if main:
                 append_log(log_path, metrics)
+                if tracker is not None:
+                    tracker.log(metrics, step)
             if show:
                 tqdm.write(console_line(metrics))
             bar.update(1)
@@ -213,6 +255,8 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
                 if main:
                     save_checkpoint(out, step + 1, model, optimizer, cfg, rngs)
         bar.close()
+        if tracker is not None:
+            tracker.close()
     except BaseException:
         if main and not resume and not started:
             (out / "config.json").unlink(missing_ok=True)
@@ -221,6 +265,8 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
     finally:
         if main:
             folder.release()
+        if "sampler" in locals() and sampler is not None:
+            sampler.close()
     barrier()  # rank 0's last log line and checkpoint are written before anyone reads them
     return {"model": model, "tokenizer": tokenizer, "log": read_log(log_path),
             "output_dir": out, "rank": r, "world_size": k}

