@@ -30,6 +30,40 @@ EQUIVALENT: dict[str, str] = {
     "term is multiplied by A = 0, value and gradient",
     "jaxgrpo.loss.x__grpo_loss__mutmut_146": "the fill value of masked positions of the "
     "TIS gap: they are masked again before use",
+    # torch's type promotion: the cast is exact (an upcast or a bool mask) and the next op
+    # promotes to the same dtype, so every value is the same
+    "torchref.loss.x_grpo_loss__mutmut_68": "a float32 0-dim zero in torch.where with a "
+    "dimensioned tensor takes that tensor's dtype (0-dim tensors do not promote)",
+    "torchref.loss.x_grpo_loss__mutmut_198": "the top-entropy mask stays bool; multiplying "
+    "by a bool mask promotes to the other operand's dtype: the same values",
+    "torchref.loss.x_grpo_loss__mutmut_257": "logp_ref kept in its dtype: the next "
+    "subtraction promotes it exactly (an upcast), the same values",
+    "torchref.loss.x_sequence_log_ratio__mutmut_2": "the validity weights stay bool; the "
+    "product promotes to log_ratio's dtype, the same values",
+    "torchref.bandit.x_reinforce_gradient__mutmut_55": "one_hot's int64 minus float pi "
+    "promotes to pi's dtype: the same score",
+    "jaxgrpo.bandit.x_reinforce_gradients__mutmut_59": "a Python float baseline without a "
+    "dtype is weakly typed and takes theta's dtype",
+    "jaxgrpo.counting.x_load_torch_state_dict__mutmut_23": "np.array copies by default "
+    "(copy=True is its default)",
+    "jaxgrpo.counting.x_counting_reward__mutmut_18": "the mean of a bool array is the "
+    "default float dtype, float32 (the counting trainer does not run under x64)",
+    "jaxgrpo.counting.x_task_reward__mutmut_62": "jnp.ones' default dtype is float32 (the "
+    "counting trainer does not run under x64)",
+    "jaxgrpo.counting.x_select_groups__mutmut_18": "XLA's CPU sort of a 0/1 key is stable "
+    "with stable=False too (checked: test_select_groups_and_group_rows_by_hand passes)",
+    "jaxgrpo.counting.x_make_trainer__mutmut_29": "the key of eval_shape: only the shapes "
+    "of the built state are used",
+    "jaxgrpo.counting.x_make_trainer__mutmut_117": "kept is read only with dynamic "
+    "sampling (rollout_metrics adds ds_* only then)",
+    "torchref.counting.x_counting_reward__mutmut_7": "arange's device: the CPU either way "
+    "(the counting task runs on the CPU)",
+    "torchref.counting.x__advantages__mutmut_1": "values is read only by estimator='gae', "
+    "which sets it",
+    "torchref.counting.x_rollout_stats__mutmut_40": "all correct: sum(0) / sum(0) is NaN, "
+    "the value the guard returns",
+    "torchref.counting.x_train_counting__mutmut_10": "fork_rng(devices=None) forks the "
+    "CUDA devices too: none on the CPU, the same CPU generator state",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout

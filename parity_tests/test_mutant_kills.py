@@ -284,3 +284,58 @@ def test_progress_is_reported_at_every_kth_step_and_at_the_end():
         jax.block_until_ready(metrics)
         jax.effects_barrier()
     assert [int(d) for d in heard] == [2, 4, 5]
+
+
+def test_dynamic_sampling_fills_with_zero_variance_groups_only_when_short(impl):
+    """DAPO's selection keeps every group whose rewards vary (up to n_prompts) and fills
+    the batch with zero-variance groups only for what is missing: each step,
+    ``filled == max(0, n_prompts - varied)`` with ``varied = pool - (dropped + filled)``."""
+    cfg = dict(steps=60, dynamic_sampling=True, oversample=2)
+    m = impl.mod.train_counting(seed=1, **cfg)
+    from grpospec import CountingConfig
+
+    n = CountingConfig(**cfg).n_prompts
+    pool = n * 2
+    dropped, filled = np.asarray(m["ds_dropped"]), np.asarray(m["ds_filled"])
+    varied = pool - (dropped + filled)
+    np.testing.assert_array_equal(filled, np.maximum(0, n - varied))
+    assert ((varied < pool) & (varied > 0)).any()  # zero-variance groups to drop or keep
+
+
+def test_ppo_with_a_value_head_trains_through_the_trainer(impl):
+    m = impl.mod.train_counting(seed=0, steps=2, estimator="gae")
+    assert np.isfinite(np.asarray(m["loss"])).all()
+
+
+def test_torch_train_counting_default_seed_is_0():
+    import torchref
+
+    a = torchref.train_counting(steps=2)
+    b = torchref.train_counting(seed=0, steps=2)
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+
+
+def test_a_seed_count_starts_at_seed():
+    import jaxgrpo
+
+    a = jaxgrpo.train_counting(seed=5, seeds=2, steps=2)
+    b = jaxgrpo.train_counting(seeds=[5, 6], steps=2)
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+
+
+def test_gae_lam_error_names_the_value_given(impl):
+    ok = impl.array(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"^lam must lie in .*1\.5"):
+        impl.mod.gae_advantages(ok, ok, ok, 1.0, 1.5)
+
+
+def test_jax_loss_of_float32_inputs_stays_float32_under_x64():
+    import jax
+    import jax.numpy as jnp
+
+    import jaxgrpo
+
+    with jax.enable_x64(True):
+        x = jnp.zeros((2, 3), jnp.float32)
+        loss = jaxgrpo.grpo_loss(x, x, x, jnp.ones(2, jnp.float32), jnp.ones((2, 3), jnp.float32))
+        assert loss.dtype == jnp.float32
