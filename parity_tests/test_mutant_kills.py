@@ -171,6 +171,8 @@ def test_gae_estimator_puts_the_reward_on_the_last_valid_token_of_short_rows(imp
      else m.reinforce_pp_advantages("r"), "rewards must be "),
     (lambda m, a: m.gae_advantages(a(np.zeros((1, 2))), "v", a(np.ones((1, 2)))),
      "values must be "),
+    (lambda m, a: m.gae_advantages(a(np.zeros((1, 2))), a(np.zeros((1, 2))), "m"),
+     "mask must be "),
     (lambda m, a: m.exact_policy_gradient("t", a(np.zeros(2))), "theta must be "),
     (lambda m, a: m.exact_policy_gradient(a(np.zeros(2)), "r"), "rewards must be "),
     (lambda m, a: m.grpo_loss(a(np.zeros((1, 2))), "o", a(np.zeros((1, 2))), a(np.zeros(1)),
