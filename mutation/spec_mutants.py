@@ -411,7 +411,9 @@ def _copy_checkout(dest: Path) -> None:
 def _pytest(workdir: Path, args: list[str], timeout: float) -> tuple[int, str]:
     env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci"),
            "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+    # -n 0: one process per mutant (the harness runs mutants in parallel itself, and under
+    # xdist a -x stop exits with 2, which would read as an error, not a kill)
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
            "-m", "not parity", "--tb=line", *args]
     try:
         proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
