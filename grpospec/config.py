@@ -41,8 +41,57 @@ def deferred_validation():
         _VALIDATE.reset(token)
 
 
+class PolicyLossVariants:
+    """What both trainers' configurations (``CountingConfig``, ``grpospec.lm.LMConfig``)
+    share about the loss's variants: their checks, ``grpo_loss``'s keyword arguments and
+    whether the loss needs the entropy. (A mixin without fields: each dataclass declares
+    its own, with its own documentation.)"""
+
+    def validate_variants(self) -> None:
+        """Raise ``ValueError`` naming the first bad variant field."""
+        for name, allowed in (("loss_mode", LOSS_MODES), ("kl_estimator", KL_ESTIMATORS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.scale_rewards is not None:
+            check_scale_rewards(self.scale_rewards)
+            if self.estimator not in ("grpo", "dr_grpo"):
+                raise ValueError(f"scale_rewards applies to estimator 'grpo' or 'dr_grpo', got "
+                                 f"estimator {self.estimator!r}")
+        if self.dual_clip is not None and self.loss_mode != "vanilla":
+            raise ValueError(f"dual_clip needs loss_mode 'vanilla', got {self.loss_mode!r}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            if not (getattr(self, name) > 0):
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not (self.entropy_coef >= 0):
+            raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef!r}")
+        if not (0 < self.top_entropy_quantile <= 1):
+            raise ValueError(f"top_entropy_quantile must lie in (0, 1], got "
+                             f"{self.top_entropy_quantile!r}")
+        if not isinstance(self.mask_truncated, bool):
+            raise TypeError(f"mask_truncated must be a bool, got {self.mask_truncated!r}")
+        if self.overlong_buffer is not None:
+            check_overlong(self.length, self.overlong_buffer, self.overlong_penalty)
+
+    def loss_options(self) -> dict:
+        """The keyword arguments of ``grpo_loss`` this configuration trains with (the
+        same for both frameworks' trainers; ``entropy`` is passed by the trainer)."""
+        return dict(clip_eps=self.clip_eps, beta=self.beta, agg=self.agg,
+                    clip_eps_high=self.clip_eps_high, dual_clip=self.dual_clip,
+                    importance_level=self.importance_level, max_len=self.length,
+                    kl_estimator=self.kl_estimator, loss_mode=self.loss_mode,
+                    entropy_coef=self.entropy_coef,
+                    top_entropy_quantile=self.top_entropy_quantile,
+                    sapo_temperature_pos=self.sapo_temperature_pos,
+                    sapo_temperature_neg=self.sapo_temperature_neg)
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the loss needs the per-token entropy (a bonus, or the top quantile)."""
+        return self.entropy_coef != 0 or self.top_entropy_quantile < 1
+
+
 @dataclass(frozen=True)
-class CountingConfig:
+class CountingConfig(PolicyLossVariants):
     """GRPO (and its variants) on a toy task; the defaults reproduce SPEC section 4.
 
     One typed dataclass for both trainers and the ``jaxgrpo counting`` command line (each
@@ -140,47 +189,11 @@ class CountingConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.estimator == "rloo" and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for estimator='rloo', got {self.group_size}")
-        for name, allowed in (("loss_mode", LOSS_MODES), ("kl_estimator", KL_ESTIMATORS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.scale_rewards is not None:
-            check_scale_rewards(self.scale_rewards)
-            if self.estimator not in ("grpo", "dr_grpo"):
-                raise ValueError(f"scale_rewards applies to estimator 'grpo' or 'dr_grpo', got "
-                                 f"estimator {self.estimator!r}")
-        if self.dual_clip is not None and self.loss_mode != "vanilla":
-            raise ValueError(f"dual_clip needs loss_mode 'vanilla', got {self.loss_mode!r}")
-        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
-            if not (getattr(self, name) > 0):
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not (self.entropy_coef >= 0):
-            raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef!r}")
-        if not (0 < self.top_entropy_quantile <= 1):
-            raise ValueError(f"top_entropy_quantile must lie in (0, 1], got "
-                             f"{self.top_entropy_quantile!r}")
         if (self.mask_truncated or self.overlong_buffer is not None) and self.task != "variable":
             raise ValueError("mask_truncated and overlong_buffer need task 'variable' (the task "
                              f"whose completions can end early), got task {self.task!r}")
-        if self.overlong_buffer is not None:
-            check_overlong(self.length, self.overlong_buffer, self.overlong_penalty)
+        self.validate_variants()
         return self
-
-    def loss_options(self) -> dict:
-        """The keyword arguments of ``grpo_loss`` this configuration trains with (the
-        same for both frameworks' trainers; ``entropy`` is passed by the trainer)."""
-        return dict(clip_eps=self.clip_eps, beta=self.beta, agg=self.agg,
-                    clip_eps_high=self.clip_eps_high, dual_clip=self.dual_clip,
-                    importance_level=self.importance_level, max_len=self.length,
-                    kl_estimator=self.kl_estimator, loss_mode=self.loss_mode,
-                    entropy_coef=self.entropy_coef,
-                    top_entropy_quantile=self.top_entropy_quantile,
-                    sapo_temperature_pos=self.sapo_temperature_pos,
-                    sapo_temperature_neg=self.sapo_temperature_neg)
-
-    @property
-    def needs_entropy(self) -> bool:
-        """Whether the loss needs the per-token entropy (a bonus, or the top quantile)."""
-        return self.entropy_coef != 0 or self.top_entropy_quantile < 1
 
     @property
     def vocab_size(self) -> int:

@@ -24,14 +24,14 @@ import re
 from dataclasses import dataclass
 
 from grpospec.checks import AGG_MODES, IMPORTANCE_LEVELS, check_positive_int
-from grpospec.config import _VALIDATE, logged_metrics
+from grpospec.config import _VALIDATE, PolicyLossVariants, logged_metrics
 
 PLUS, EQUALS, END, SCRATCH, PAD = 10, 11, 12, 13, 14
 LM_VOCAB_SIZE = 15
 TOKEN_TEXT = "0123456789+=#._"  # TOKEN_TEXT[id] is the character of token id
 
 LM_TASKS = ("arithmetic", "near")
-LM_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gae")
+LM_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gae", "reinforce_pp")
 NEAR_REWARD = 0.5  # the "near" task's reward for an answer off by exactly one
 
 _CANONICAL = re.compile(r"0|[1-9][0-9]*")
@@ -180,7 +180,7 @@ _SIZE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSizes) if f.name !=
 
 
 @dataclass(frozen=True)
-class LMConfig:
+class LMConfig(PolicyLossVariants):
     """GRPO (and its variants) on a tiny Qwen2-architecture language model.
 
     A run first makes its *base model*: the randomly initialised decoder is pretrained
@@ -221,13 +221,17 @@ class LMConfig:
       group_size: completions per prompt (G).
       inner_epochs: full-batch optimizer steps on each step's rollouts.
       learning_rate: the post-training's Adam step size.
-      beta: weight of the k3 KL penalty against the base model (0: the term is dropped).
+      beta: weight of the KL penalty (``kl_estimator``) against the base model (0: the
+        term is dropped).
       clip_eps: lower clipping range (and upper, unless ``clip_eps_high`` is set).
       clip_eps_high: DAPO's clip-higher upper range; ``None`` means ``clip_eps``.
       agg: loss aggregation, ``"token"`` (DAPO), ``"seq"`` (GRPO) or ``"constant"``
         (Dr. GRPO: divide by N x completion_length).
-      estimator: ``"grpo"``, ``"dr_grpo"``, ``"rloo"`` or ``"gae"`` (PPO: a value head on
-        the final hidden state, per-token GAE on the terminal reward, whitened).
+      estimator: ``"grpo"``, ``"dr_grpo"``, ``"rloo"``, ``"gae"`` (PPO: a value head on
+        the final hidden state, per-token GAE on the terminal reward, whitened) or
+        ``"reinforce_pp"`` (REINFORCE++: the batch-normalised reward).
+      scale_rewards: TRL's ``scale_rewards`` for grpo/dr_grpo: divide by the std of the
+        ``"group"``, of the ``"batch"``, or ``"none"``; ``None``: the estimator's own.
       gamma: GAE's discount (estimator gae).
       lam: GAE's lambda (estimator gae).
       vf_coef: weight of the value loss (estimator gae).
@@ -240,6 +244,20 @@ class LMConfig:
         TRL's ``max_grad_norm``); ``None``: no clipping.
       entropy_coef: weight of the entropy bonus ``- entropy_coef * H`` in the loss
         (``H`` aggregated over tokens as the loss is; 0: no bonus, the term is skipped).
+      loss_mode: the policy term: ``"vanilla"`` (the clipped ratio), ``"cispo"``,
+        ``"sapo"`` (a soft gate) or ``"gpg"`` (no ratio).
+      sapo_temperature_pos: SAPO's gate temperature where A > 0.
+      sapo_temperature_neg: SAPO's gate temperature where A <= 0.
+      kl_estimator: the KL term's per-token estimate, ``"k1"``, ``"k2"`` or ``"k3"``
+        (verl: kl, mse, low_var_kl); also the logged ``kl``.
+      top_entropy_quantile: TRL's: train the policy term on this share of the
+        highest-entropy tokens only (1: every token).
+      mask_truncated: completions without an end token contribute no loss (TRL's
+        ``mask_truncated_completions``).
+      overlong_buffer: DAPO's overlong penalty over the last this-many tokens of
+        ``completion_length``; ``None``: off.
+      overlong_penalty: the overlong penalty at the length limit (verl's
+        ``penalty_factor``).
     """
 
     task: str = "arithmetic"
@@ -279,6 +297,15 @@ class LMConfig:
     oversample: int = 2
     max_grad_norm: float | None = 1.0
     entropy_coef: float = 0.0
+    scale_rewards: str | None = None
+    loss_mode: str = "vanilla"
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    kl_estimator: str = "k3"
+    top_entropy_quantile: float = 1.0
+    mask_truncated: bool = False
+    overlong_buffer: int | None = None
+    overlong_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if _VALIDATE.get():
@@ -316,7 +343,7 @@ class LMConfig:
             raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps!r}")
         if self.clip_eps_high is not None and not (self.clip_eps_high > 0):
             raise ValueError(f"clip_eps_high must be > 0 (or None), got {self.clip_eps_high!r}")
-        for name in ("beta", "vf_coef", "entropy_coef"):
+        for name in ("beta", "vf_coef"):
             if not (getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.dual_clip is not None and not (self.dual_clip > 1):
@@ -332,6 +359,7 @@ class LMConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.estimator == "rloo" and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for estimator='rloo', got {self.group_size}")
+        self.validate_variants()
         self.model  # the sizes' own checks  # noqa: B018
         return self
 

@@ -27,7 +27,7 @@ import optax
 from flax import nnx
 
 from grpospec.lm import END, PAD, LMConfig
-from jaxgrpo.advantages import estimator_advantages
+from jaxgrpo.advantages import estimator_advantages, overlong_penalty
 from jaxgrpo.counting import (
     Trainer,
     group_rows,
@@ -48,7 +48,7 @@ from jaxgrpo.lm_tasks import (
 from jaxgrpo.loss import (
     clip_metrics,
     grpo_loss,
-    k3_kl,
+    kl_estimate,
     masked_mean,
     selective_log_softmax,
     value_loss,
@@ -186,16 +186,33 @@ class UpdateInputs(NamedTuple):
     mask: jax.Array  # (N, L) response mask
 
 
+def training_signal(cfg: LMConfig, problems: Problems, completions: jax.Array
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """What the update trains on: ``(rewards, response mask, loss mask, correct,
+    lengths)``, as ``jaxgrpo.counting.training_signal``: the task's reward plus DAPO's
+    overlong penalty (``cfg.overlong_buffer``); the loss mask is the response mask without
+    the truncated completions (no end token) when ``cfg.mask_truncated``."""
+    rewards, mask, correct, lengths = task_reward(cfg.task, problems, completions)
+    if cfg.overlong_buffer is not None:
+        rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
+                                             cfg.overlong_penalty)
+    loss_mask = mask
+    if cfg.mask_truncated:
+        loss_mask = mask * completion_mask(completions)[2][:, None]
+    return rewards, mask, loss_mask, correct, lengths
+
+
 def prepare_update(model: Qwen2, ref_model: Qwen2, problems: Problems, completions: jax.Array,
                    cfg: LMConfig) -> UpdateInputs:
-    """Reward the completions, take old and reference log-probs and the advantages."""
-    rewards, mask, _, lengths = task_reward(cfg.task, problems, completions)
+    """Reward the completions (``training_signal``), take old and reference log-probs and
+    the advantages."""
+    rewards, _, mask, _, lengths = training_signal(cfg, problems, completions)
     hidden = jax.lax.stop_gradient(completion_hidden(model, problems.tokens, problems.mask,
                                                      completions))
     logp_old = selective_log_softmax(model.logits(hidden), completions)
     values = model.values(hidden) if cfg.estimator == "gae" else None
     adv, returns = estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths,
-                                        values, cfg.gamma, cfg.lam)
+                                        values, cfg.gamma, cfg.lam, cfg.scale_rewards)
     logp_ref = jax.lax.stop_gradient(completion_logprobs(ref_model, problems.tokens,
                                                          problems.mask, completions))
     return UpdateInputs(logp_old, logp_ref, adv, returns, mask)
@@ -205,8 +222,9 @@ def lm_loss(model: Qwen2, problems: Problems, completions: jax.Array, inputs: Up
             cfg: LMConfig) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """The update's loss and ``(logp_new, token entropy)``, both (N, L).
 
-    ``grpo_loss`` (with ``max_len = L`` for ``agg="constant"``, and its entropy bonus
-    ``- entropy_coef * entropy`` aggregated like the loss, skipped when 0), plus
+    ``grpo_loss`` with ``cfg.loss_options()`` (``max_len = L`` for ``agg="constant"``;
+    the entropy bonus ``- entropy_coef * entropy`` aggregated like the loss, skipped when
+    0), plus
     ``vf_coef * value_loss`` for GAE. Same as ``torchref.lm.lm_loss``.
     """
     hidden = completion_hidden(model, problems.tokens, problems.mask, completions)
@@ -214,9 +232,7 @@ def lm_loss(model: Qwen2, problems: Problems, completions: jax.Array, inputs: Up
     logp_new = selective_log_softmax(logits, completions)
     entropy = token_entropy(logits)
     loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
-                     cfg.clip_eps, cfg.beta, cfg.agg, cfg.clip_eps_high, cfg.dual_clip,
-                     cfg.importance_level, cfg.length, entropy=entropy,
-                     entropy_coef=cfg.entropy_coef)
+                     entropy=entropy, **cfg.loss_options())
     if inputs.returns is not None:
         loss = loss + cfg.vf_coef * value_loss(model.values(hidden), inputs.returns,
                                                inputs.mask)
@@ -250,7 +266,8 @@ def grpo_update(model: Qwen2, optimizer: nnx.Optimizer, ref_model: Qwen2, proble
     return {
         **clip_metrics(logp_new, inputs.logp_old, inputs.adv, inputs.mask, cfg.clip_eps,
                        cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip),
-        "kl": masked_mean(k3_kl(logp_new, inputs.logp_ref), inputs.mask),
+        "kl": masked_mean(kl_estimate(logp_new, inputs.logp_ref, cfg.kl_estimator),
+                          inputs.mask),
         "entropy": masked_mean(entropy, inputs.mask),
         "loss": losses[-1],
     }
@@ -317,7 +334,7 @@ def make_trainer(cfg: LMConfig, batch_sharding: jax.sharding.Sharding | None = N
         problems = _repeat(sample_problems(k_prob, pool, cfg.digits), cfg.group_size)
         problems = _constrain(problems, batch_sharding)
         completions, _ = generate(model, problems.tokens, problems.mask, k_sample, cfg.length)
-        rewards, mask, correct, lengths = task_reward(cfg.task, problems, completions)
+        rewards, mask, _, correct, lengths = training_signal(cfg, problems, completions)
         if cfg.dynamic_sampling:
             kept = select_groups(rewards.reshape(-1, cfg.group_size), cfg.n_prompts)
             rows = group_rows(kept, cfg.group_size)

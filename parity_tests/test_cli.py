@@ -244,6 +244,10 @@ def test_lm_options_are_every_field_of_the_config():
     (["lm", "--base-accuracy", "0.6", "--base-near", "0.6"],
      "--base-accuracy + base_near must be at most 1"),
     (["lm", "--mesh", "3x1"], "needs 3 devices"),
+    (["lm", "--loss-mode", "ppo"], "--loss-mode must be one of ('vanilla', 'cispo', 'sapo'"),
+    (["lm", "--overlong-buffer", "9"], "--overlong-buffer must be <= the maximum length (8)"),
+    (["lm", "--estimator", "rloo", "--scale-rewards", "batch"],
+     "--scale-rewards applies to estimator 'grpo' or 'dr_grpo'"),
     (["experiment", "lm-nope"], "NAME must be one of"),
 ])
 def test_bad_lm_options_get_a_clear_message(tmp_path, args, message, capsys):

@@ -55,6 +55,15 @@ VARIANTS = {  # every option of the loss and the estimators, in four updates
     "gae-constant-near-2digits": LMConfig(**SMALL, estimator="gae", lam=0.9, gamma=0.95,
                                           vf_coef=0.7, agg="constant", task="near", digits=2,
                                           beta=0.05, learning_rate=0.003),
+    "reinforcepp-sapo-k2-overlong-masked": LMConfig(
+        **SMALL, estimator="reinforce_pp", loss_mode="sapo", sapo_temperature_pos=0.8,
+        sapo_temperature_neg=1.3, kl_estimator="k2", beta=0.1, overlong_buffer=3,
+        overlong_penalty=0.5, mask_truncated=True, learning_rate=0.01),
+    "cispo-top-entropy-batch-std-k1": LMConfig(
+        **SMALL, loss_mode="cispo", top_entropy_quantile=0.5, scale_rewards="batch",
+        kl_estimator="k1", beta=0.05, agg="seq", learning_rate=0.01),
+    "gpg-unscaled": LMConfig(**SMALL, loss_mode="gpg", scale_rewards="none",
+                             estimator="dr_grpo", learning_rate=0.01),
 }
 
 
@@ -177,6 +186,72 @@ def test_one_grpo_update_is_the_same_in_jax_and_torch(name):
     assert set(t_roll) | set(t_metrics) == set(cfg.metric_names)
     for k in t_roll:
         np.testing.assert_allclose(float(j_roll[k]), float(t_roll[k]), atol=1e-5, err_msg=k)
+
+
+def test_training_signal_penalises_long_and_masks_truncated_completions_by_hand():
+    """DAPO's overlong penalty and ``mask_truncated`` on hand-made completions of length
+    7 (buffer 3, penalty 0.5: lengths 4, 5, 6, 7 get 0, -1/6, -1/3, -1/2): the reward
+    falls by exactly that, the response mask is unchanged, the loss mask loses the rows
+    without an end token, in both frameworks."""
+    cfg = LMConfig(**{**SMALL, "n_prompts": 1}, overlong_buffer=3, overlong_penalty=0.5,
+                   mask_truncated=True)
+    gen = torch.Generator().manual_seed(0)
+    problems = tlm._repeat(torch_problems(1, cfg.digits, gen), cfg.group_size)
+    rows = ["..1#", "..12#", "...12#", "......#"]
+    completions = torch.tensor([encode(r.ljust(7, "#"))[:7] for r in rows])
+    completions[3] = torch.tensor(encode("......."))  # truncated: no end token
+    completions[1, 5:] = torch.tensor(encode(".."))
+    plain, mask, _, lengths = torch_task_reward(cfg.task, problems, completions)
+    assert lengths.tolist() == [4, 5, 6, 7]
+    expected_penalty = torch.tensor([0.0, -1 / 6, -1 / 3, -0.5])
+    for signal in (tlm.training_signal(cfg, problems, completions),
+                   lm.training_signal(cfg, _jax_problems(problems),
+                                      jnp.asarray(completions.numpy()))):
+        rewards, response, loss_mask, _, _ = (torch.tensor(np.array(x)) for x in signal)
+        np.testing.assert_allclose(rewards - plain, expected_penalty, atol=1e-6)
+        np.testing.assert_array_equal(response, mask)
+        np.testing.assert_array_equal(loss_mask[:3], mask[:3])
+        assert loss_mask[3].sum() == 0 and mask[3].sum() == 7
+    off = cfg.replace(overlong_buffer=None, mask_truncated=False)
+    rewards, _, loss_mask, _, _ = tlm.training_signal(off, problems, completions)
+    np.testing.assert_array_equal(rewards, plain)
+    np.testing.assert_array_equal(loss_mask, mask)
+
+
+@pytest.mark.parametrize("change", [
+    dict(loss_mode="cispo"), dict(loss_mode="sapo"), dict(loss_mode="gpg"),
+    dict(loss_mode="sapo", sapo_temperature_pos=0.5, base=dict(loss_mode="sapo")),
+    dict(loss_mode="sapo", sapo_temperature_neg=2.0, base=dict(loss_mode="sapo")),
+    dict(kl_estimator="k2", base=dict(beta=0.5)), dict(kl_estimator="k1", base=dict(beta=0.5)),
+    dict(top_entropy_quantile=0.5), dict(scale_rewards="batch"), dict(scale_rewards="none"),
+    dict(estimator="reinforce_pp"), dict(mask_truncated=True),
+    dict(overlong_buffer=3), dict(overlong_buffer=3, overlong_penalty=0.3,
+                                  base=dict(overlong_buffer=3))])
+def test_each_variant_option_changes_the_lm_update(change):
+    """Each option reaches the LM trainer's loss: the loss or its gradient differs from
+    the same update without it (a plumbing mistake made in both frameworks, an option
+    silently dropped, would leave them equal and still in parity)."""
+    change = dict(change)
+    base = VARIANTS["grpo-token"].replace(**change.pop("base", {}))
+    cfg = base.replace(**change)
+    t_policy = _torch_policy(base, 7)
+    t_ref = _torch_policy(base, 8, like=t_policy, std=0.05).requires_grad_(False)
+    problems, completions = _rollouts(t_policy, base)
+
+    def loss_and_grad(c):
+        t_policy.zero_grad()
+        inputs = tlm.prepare_update(t_policy, t_ref, problems, completions, c)
+        # off-policy: the old log-probs a little away from the current ones
+        inputs = inputs._replace(logp_old=inputs.logp_old + 0.3 * torch.sin(
+            torch.arange(inputs.logp_old.numel()).view_as(inputs.logp_old)))
+        loss, _ = tlm.lm_loss(t_policy, problems, completions, inputs, c)
+        loss.backward()
+        grads = [p.grad.flatten() for p in t_policy.parameters() if p.grad is not None]
+        return float(loss.detach()), torch.cat(grads)
+
+    loss0, grad0 = loss_and_grad(base)
+    loss1, grad1 = loss_and_grad(cfg)
+    assert abs(loss1 - loss0) > 1e-6 or float((grad1 - grad0).abs().max()) > 1e-6
 
 
 def test_entropy_bonus_raises_the_gradient_toward_entropy():

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from grpospec.lm import END, PAD, LMConfig, ModelSizes
-from torchref.advantages import estimator_advantages
+from torchref.advantages import estimator_advantages, overlong_penalty
 from torchref.counting import group_rows, rollout_stats, select_groups, token_entropy
 from torchref.lm_tasks import (
     Problems,
@@ -33,7 +33,7 @@ from torchref.lm_tasks import (
 from torchref.loss import (
     clip_metrics,
     grpo_loss,
-    k3_kl,
+    kl_estimate,
     masked_mean,
     selective_log_softmax,
     value_loss,
@@ -226,17 +226,31 @@ class UpdateInputs(NamedTuple):
     mask: torch.Tensor  # (N, L) response mask
 
 
+def training_signal(cfg: LMConfig, problems: Problems, completions: torch.Tensor):
+    """``(rewards, response mask, loss mask, correct, lengths)``; as
+    ``jaxgrpo.lm.training_signal`` (the overlong penalty, ``mask_truncated``)."""
+    rewards, mask, correct, lengths = task_reward(cfg.task, problems, completions)
+    if cfg.overlong_buffer is not None:
+        rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
+                                             cfg.overlong_penalty)
+    loss_mask = mask
+    if cfg.mask_truncated:
+        loss_mask = mask * completion_mask(completions)[2][:, None]
+    return rewards, mask, loss_mask, correct, lengths
+
+
 def prepare_update(policy: PolicyLM, ref_policy: PolicyLM, problems: Problems,
                    completions: torch.Tensor, cfg: LMConfig) -> UpdateInputs:
-    """Reward the completions, take old and reference log-probs and the advantages."""
-    rewards, mask, _, lengths = task_reward(cfg.task, problems, completions)
+    """Reward the completions (``training_signal``), take old and reference log-probs and
+    the advantages."""
+    rewards, _, mask, _, lengths = training_signal(cfg, problems, completions)
     with torch.no_grad():
         hidden = completion_hidden(policy, problems.tokens, problems.mask, completions)
         logp_old = selective_log_softmax(policy.logits(hidden), completions)
         values = policy.values(hidden) if cfg.estimator == "gae" else None
         logp_ref = completion_logprobs(ref_policy, problems.tokens, problems.mask, completions)
     adv, returns = estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths,
-                                        values, cfg.gamma, cfg.lam)
+                                        values, cfg.gamma, cfg.lam, cfg.scale_rewards)
     return UpdateInputs(logp_old, logp_ref, adv, returns, mask)
 
 
@@ -248,9 +262,7 @@ def lm_loss(policy: PolicyLM, problems: Problems, completions: torch.Tensor,
     logp_new = selective_log_softmax(logits, completions)
     entropy = token_entropy(logits)
     loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
-                     cfg.clip_eps, cfg.beta, cfg.agg, cfg.clip_eps_high, cfg.dual_clip,
-                     cfg.importance_level, cfg.length, entropy=entropy,
-                     entropy_coef=cfg.entropy_coef)
+                     entropy=entropy, **cfg.loss_options())
     if inputs.returns is not None:
         loss = loss + cfg.vf_coef * value_loss(policy.values(hidden), inputs.returns,
                                                inputs.mask)
@@ -275,7 +287,8 @@ def grpo_update(policy: PolicyLM, ref_policy: PolicyLM, optimizer: torch.optim.O
         return {
             **clip_metrics(logp_new, inputs.logp_old, inputs.adv, inputs.mask, cfg.clip_eps,
                            cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip),
-            "kl": masked_mean(k3_kl(logp_new, inputs.logp_ref), inputs.mask),
+            "kl": masked_mean(kl_estimate(logp_new, inputs.logp_ref, cfg.kl_estimator),
+                              inputs.mask),
             "entropy": masked_mean(entropy.detach(), inputs.mask),
             "loss": loss.detach(),
         }
@@ -311,7 +324,7 @@ def train_lm(seed: int = 0, steps: int | None = None, on_step=None,
     for _ in range(cfg.steps):
         problems = _repeat(sample_problems(pool, cfg.digits, gen), cfg.group_size)
         completions, _ = generate(policy, problems.tokens, problems.mask, cfg.length, gen)
-        rewards, mask, correct, lengths = task_reward(cfg.task, problems, completions)
+        rewards, mask, _, correct, lengths = training_signal(cfg, problems, completions)
         if cfg.dynamic_sampling:
             kept = select_groups(rewards.view(-1, cfg.group_size), cfg.n_prompts)
             rows = group_rows(kept, cfg.group_size)
