@@ -1,0 +1,158 @@
+"""Tests the scale-up's mutation run showed missing (README, "Mutation testing"): each
+pins a value or a call by hand where a mutant of ``scaleup.step`` / ``scaleup.evaluate``
+survived the rest of the suite."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from scaleup.evaluate import held_out_problems, paired_bootstrap, run_model
+from scaleup.rollout import Rollouts, sample_rollouts
+from scaleup.step import grpo_step, step_advantages
+from scaleup.tasks import EVAL_SHARE, ArithmeticTask, Problem
+from scaleup.tests.conftest import ParityTask, small_cfg
+from scaleup.train import make_optimizer, task_of
+
+CPU = torch.device("cpu")
+
+
+class RecordingSampler:
+    """A stand-in for ``VllmSampler`` (``--rollout vllm``) that samples with ``generate``
+    and records how the trainer calls it, and what it returned."""
+
+    def __init__(self, model):
+        self.model, self.calls, self.rollouts = model, [], []
+
+    def wake_up(self):
+        self.calls.append("wake_up")
+
+    def sync(self, model):
+        self.calls.append(("sync", model is self.model))
+
+    def sleep(self):
+        self.calls.append("sleep")
+
+    def sample(self, tokenizer, problems, group_size, max_new_tokens, stop_ids, device,
+               seed=None, step=None, greedy=False, adapter=True):
+        self.calls.append(("sample", len(problems), group_size, max_new_tokens,
+                           list(stop_ids), device, seed, step, greedy, adapter))
+        roll = sample_rollouts(self.model, tokenizer, problems, group_size, max_new_tokens,
+                               stop_ids, device, greedy=greedy)
+        self.rollouts.append(roll)
+        return roll
+
+
+def test_grpo_step_calls_its_sampler_with_seed_and_step_and_counts_lengths_by_hand(
+        policy, tokenizer):
+    """The sampler is woken, given the policy, asked for the step's problems with the
+    run's seed and the step number, put to sleep; the step's length metrics are the mean
+    response lengths of the completions the task scored right and wrong, the reward and
+    truncation shares those of the rollouts it returned."""
+    model, stops = policy
+    cfg = small_cfg(prompts_per_step=3, seed=5)
+    sampler = RecordingSampler(model)
+    task = ParityTask()
+    torch.manual_seed(0)
+    m = grpo_step(model, tokenizer, make_optimizer(model, cfg), task, 3, cfg, stops, CPU,
+                  sampler=sampler)
+    assert sampler.calls == [
+        "wake_up", ("sync", True),
+        ("sample", 3, cfg.group_size, cfg.max_new_tokens, list(stops), CPU, 5, 3, False, True),
+        "sleep"]
+    (roll,) = sampler.rollouts
+    scores = [task.score(t, p) for t, p in zip(roll.texts, roll.problems, strict=True)]
+    lengths = roll.response_mask.sum(1).tolist()
+    right = [n for n, s in zip(lengths, scores, strict=True) if s]
+    wrong = [n for n, s in zip(lengths, scores, strict=True) if not s]
+    assert right and wrong, "both kinds of completion occur"
+    assert m["len_correct"] == pytest.approx(sum(right) / len(right))
+    assert m["len_incorrect"] == pytest.approx(sum(wrong) / len(wrong))
+    assert m["mean_reward"] == pytest.approx(len(right) / len(scores))
+    assert m["truncated_frac"] == pytest.approx(float(roll.truncated.float().mean()))
+
+
+def test_run_model_with_a_sampler_decodes_greedily_with_the_options_given(tokenizer):
+    """``eval --rollout vllm``: every batch goes to the sampler with the evaluation's
+    token budget, stop tokens and device, greedy, with or without the adapter; records
+    keep each completion's text, score and truncation."""
+
+    class Scripted:
+        def __init__(self):
+            self.calls = []
+
+        def sample(self, tok, chunk, group_size, max_new_tokens, stop_ids, device, *,
+                   greedy, adapter):
+            self.calls.append((len(chunk), group_size, max_new_tokens, stop_ids, device,
+                               greedy, adapter))
+            n = len(chunk)
+            return Rollouts(*(torch.zeros(n, 1),) * 4, torch.tensor([i % 2 == 1 for i in
+                                                                     range(n)]),
+                            [p.answer for p in chunk], list(chunk), 0.0)
+
+    problems = [Problem(f"q{i}", str(i)) for i in range(5)]
+    sampler = Scripted()
+    task = ArithmeticTask()
+    records = run_model(None, tokenizer, task, problems, 11, 2, [7, 9], CPU, adapter=False,
+                        sampler=sampler)
+    assert sampler.calls == [(2, 1, 11, [7, 9], CPU, True, False)] * 2 + [
+        (1, 1, 11, [7, 9], CPU, True, False)]
+    assert [r["completion"] for r in records] == [p.answer for p in problems]
+    assert [r["truncated"] for r in records] == [False, True, False, True, False]
+    assert [r["correct"] for r in records] == [task.score(p.answer, p) for p in problems]
+
+
+def test_paired_bootstrap_default_is_ten_thousand_resamples():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=40), rng.normal(size=40)  # continuous: every resample counts
+    assert paired_bootstrap(a, b) == paired_bootstrap(a, b, n_boot=10_000)
+    assert paired_bootstrap(a, b) != paired_bootstrap(a, b, n_boot=10_001)
+
+
+def test_batch_scaled_advantages_by_hand_with_a_large_eps():
+    """``scale_rewards="batch"``: (r - group mean) / (std of the batch + eps), population
+    std; eps = 0.5 makes a sign or factor mistake on eps visible."""
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    std = math.sqrt(5 / 8 * 3 / 8)
+    want = torch.tensor([0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0]) / (std + 0.5)
+    cfg = small_cfg(estimator="dr_grpo", scale_rewards="batch")
+    torch.testing.assert_close(step_advantages(r, cfg, eps=0.5), want)
+    rpp = step_advantages(r, small_cfg(estimator="reinforce_pp"), eps=0.5)
+    torch.testing.assert_close(rpp, (r - 5 / 8) / (std + 0.5))
+
+
+def test_arithmetic_held_out_record_counts_every_training_problem():
+    """The record ``eval.json`` keeps: every problem of every training step regenerated
+    (steps differ, so more than one step's worth) and none in the evaluation set."""
+    cfg = small_cfg(steps=6, prompts_per_step=5, seed=3)
+    problems, record = held_out_problems(cfg, 40)
+    task = task_of(cfg)
+    assert isinstance(task, ArithmeticTask)
+    trained = {p.prompt for step in range(6) for p in task.sample(5, 3, step)}
+    assert len(trained) > 5
+    assert record == {
+        "rule": f"reserved split: blake2b('a op b') % {EVAL_SHARE} == 0, never drawn for "
+                "training", "share": 1 / EVAL_SHARE,
+        "training_problems_checked": len(trained), "overlapping_problems": 0}
+    assert len(problems) == 40 and not {p.prompt for p in problems} & trained
+
+
+def test_gsm8k_held_out_problems_honour_allow_overlap(tmp_path):
+    def gsm(path, questions):
+        path.write_text("".join(json.dumps({"question": q, "answer": "x\n#### 1"}) + "\n"
+                                for q in questions))
+        return str(path)
+
+    train = gsm(tmp_path / "train.jsonl", ["How many apples?", "How many pears?"])
+    mixed = gsm(tmp_path / "mixed.jsonl", ["How many apples?", "How many figs?"])
+    cfg = small_cfg(task="gsm8k", data=train, eval_data=mixed)
+    with pytest.raises(Exception, match="1 of its 2 questions are also in the training"):
+        held_out_problems(cfg, 10)
+    problems, record = held_out_problems(
+        small_cfg(task="gsm8k", data=train, eval_data=mixed, allow_overlap=True), 10)
+    assert len(problems) == 2
+    assert record["overlapping_questions"] == 1 and record["allow_overlap"] is True
