@@ -64,6 +64,14 @@ EQUIVALENT: dict[str, str] = {
     "the value the guard returns",
     "torchref.counting.x_train_counting__mutmut_10": "fork_rng(devices=None) forks the "
     "CUDA devices too: none on the CPU, the same CPU generator state",
+    "scaleup.step.x_rewards_of__mutmut_8": "zip(strict=None): texts and problems come "
+    "from one Rollouts and always have the same length",
+    "scaleup.step.x_peak_memory_gb__mutmut_5": "CUDA only: max_memory_allocated(None) is "
+    "the current device's, the one a process trains on",
+    "scaleup.step.x_grpo_step__mutmut_165": "float('NAN') is float('nan')",
+    "scaleup.evaluate.x_evaluate_run__mutmut_67": "the progress bar's label: display only",
+    "scaleup.evaluate.x_evaluate_run__mutmut_83": "the progress bar's dynamic_ncols: "
+    "display only",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout

@@ -99,20 +99,40 @@ def test_paired_bootstrap_against_closed_forms():
         paired_bootstrap(a, b[:3])
 
 
-def test_evaluate_run_after_learning(tiny_dir, tmp_path):
+def test_evaluate_run_after_learning(tiny_dir, tmp_path, monkeypatch):
+    import scaleup.evaluate
+
+    seen = []
+
+    def spy(a, b, *args):  # the interval is resampled with the run's seed
+        seen.append(args)
+        return paired_bootstrap(a, b, *args)
+
+    monkeypatch.setattr(scaleup.evaluate, "paired_bootstrap", spy)
     out = tmp_path / "ev"
     cfg = _cfg(tiny_dir, out, steps=25, prompts_per_step=8, group_size=8, max_new_tokens=2,
-               micro_batch_size=64, lora_r=16, lora_alpha=32, save_every=25)
+               micro_batch_size=64, lora_r=16, lora_alpha=32, save_every=25, seed=3)
     train(cfg, show_progress=False)
-    r = evaluate_run(out, n_problems=30, batch_size=30, n_samples=20, n_boot=500)
-    assert r["n_problems"] == 30
+    r = evaluate_run(out, n_problems=30, batch_size=30, n_samples=30, n_boot=500)
+    assert r["n_problems"] == 30 and seen == [(500, 3)]
     assert r["accuracy_final"] - r["accuracy_start"] == pytest.approx(r["difference"])
     assert r["ci95"][0] <= r["difference"] <= r["ci95"][1]
     samples = [json.loads(x) for x in (out / "eval_samples.jsonl").read_text().splitlines()]
-    assert [s["model"] for s in samples] == ["final"] * 20 + ["start"] * 20
+    assert [s["model"] for s in samples] == ["final"] * 30 + ["start"] * 30
     for s in samples:
         assert s["truncated"] == ("truncated" in s["flags"])
-    assert json.loads((out / "eval.json").read_text())["ci95"] == r["ci95"]
+    record = json.loads((out / "eval.json").read_text())
+    assert record["ci95"] == r["ci95"]
+    assert set(record) == {"checkpoint", "n_problems", "rollout", "accuracy_final",
+                           "accuracy_start", "difference", "ci95", "held_out", "flags_final",
+                           "flags_start"}
+    # every problem's record is in the samples: the interval is the paired bootstrap of
+    # them; the flag counts are theirs
+    a, b = ([s["correct"] for s in samples if s["model"] == m] for m in ("final", "start"))
+    assert r["ci95"] == list(paired_bootstrap(np.array(a), np.array(b), 500, 3)[1:])
+    for m in ("final", "start"):
+        flags = [f for s in samples if s["model"] == m for f in s["flags"]]
+        assert record[f"flags_{m}"] == {f: flags.count(f) for f in set(flags)}
 
 
 def cli(capsys, *args) -> tuple[int, str]:
