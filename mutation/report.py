@@ -72,6 +72,12 @@ EQUIVALENT: dict[str, str] = {
     "scaleup.evaluate.x_evaluate_run__mutmut_67": "the progress bar's label: display only",
     "scaleup.evaluate.x_evaluate_run__mutmut_83": "the progress bar's dynamic_ncols: "
     "display only",
+    "scaleup.step.x_loss_backward__mutmut_157": "clip_metrics' dual_clip only adds "
+    "pg_clipfrac_lower, which the scale-up does not log (CLIP_KEYS)",
+    "scaleup.step.x_loss_backward__mutmut_236": "zip(strict=False) of the names and their "
+    "all-reduced values: two lists of one length",
+    "scaleup.step.x__update__mutmut_84": "zero_grad(set_to_none=None) zeroes instead: every "
+    "trainable (LoRA) weight gets a gradient in each backward, the same update",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout

@@ -156,3 +156,58 @@ def test_gsm8k_held_out_problems_honour_allow_overlap(tmp_path):
         small_cfg(task="gsm8k", data=train, eval_data=mixed, allow_overlap=True), 10)
     assert len(problems) == 2
     assert record["overlapping_questions"] == 1 and record["allow_overlap"] is True
+
+
+@pytest.mark.parametrize("with_sampler", [True, False])
+def test_loss_backward_statistics_with_a_sampler_by_hand(policy, with_sampler):
+    """``--rollout vllm``'s batch: ``logp_sampler`` and ``--tis-cap`` enter the loss (the
+    accumulated loss equals one ``grpo_loss`` over the whole batch with them), and the
+    mismatch statistics are the mean and max of ``|logp_new - logp_sampler|`` over every
+    valid token of the batch, across micro-batches; without a sampler they are NaN, as
+    the KL without a reference. The clip statistics are those of the whole batch, dual
+    clip included."""
+    from scaleup.logprobs import completion_logprobs
+    from scaleup.step import CLIP_KEYS, MISMATCH_KEYS, batch_logprobs, loss_backward
+    from scaleup.tests.test_step import _random_batch
+    from torchref import clip_metrics, grpo_loss
+
+    model, _ = policy
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    batch = _random_batch(seed=4)
+    batch.adv = -batch.adv.abs()  # negative advantages: the dual clip can bind
+    cfg = small_cfg(micro_batch_size=4, beta=0.0, dual_clip=1.5,
+                    tis_cap=1.2 if with_sampler else None)
+    gen = torch.Generator().manual_seed(3)
+    lp0, _ = batch_logprobs(model, batch, 6, 3)
+    batch.logp_old = lp0 - 0.8 * (2 * torch.rand(lp0.shape, generator=gen) - 1)  # e^+-0.8
+    batch.logp_ref = None
+    if with_sampler:
+        batch.logp_sampler = batch.logp_old + 0.5 * torch.randn(lp0.shape, generator=gen)
+    model.zero_grad()
+    stats = loss_backward(model, batch, cfg)
+    lp, _ = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask,
+                                batch.completion_ids, batch.mask, chunk=100)
+    lp = lp.detach()
+    full = grpo_loss(lp, batch.logp_old, batch.logp_old, batch.adv, batch.mask, **{
+        **cfg.loss_options(), "logp_sampler": batch.logp_sampler})
+    assert stats["loss"] == pytest.approx(float(full), abs=1e-6)
+    clip = clip_metrics(lp, batch.logp_old, batch.adv, batch.mask, cfg.clip_eps,
+                        cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip)
+    for key in CLIP_KEYS:
+        assert stats[key] == pytest.approx(float(clip[key]), abs=1e-6), key
+    assert stats["clip_ratio/low_mean"] > 0
+    assert math.isnan(stats["kl"]) and "KL" not in stats
+    valid = batch.mask != 0
+    if with_sampler:
+        gap = (lp - batch.logp_sampler)[valid].abs()
+        assert stats[MISMATCH_KEYS[0]] == pytest.approx(float(gap.mean()), rel=1e-5)
+        assert stats[MISMATCH_KEYS[1]] == pytest.approx(float(gap.max()), rel=1e-5)
+        # the capped weights act: the same loss without the sampler differs
+        plain = grpo_loss(lp, batch.logp_old, batch.logp_old, batch.adv, batch.mask,
+                          **{**cfg.loss_options(), "tis_cap": None})
+        assert abs(float(plain) - float(full)) > 1e-4
+    else:
+        assert all(math.isnan(stats[k]) for k in MISMATCH_KEYS)
