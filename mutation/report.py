@@ -76,8 +76,9 @@ EQUIVALENT: dict[str, str] = {
     "pg_clipfrac_lower, which the scale-up does not log (CLIP_KEYS)",
     "scaleup.step.x_loss_backward__mutmut_236": "zip(strict=False) of the names and their "
     "all-reduced values: two lists of one length",
-    "scaleup.step.x__update__mutmut_84": "zero_grad(set_to_none=None) zeroes instead: every "
-    "trainable (LoRA) weight gets a gradient in each backward, the same update",
+    "scaleup.step.x__update__mutmut_84": "the zero_grad after the last optimizer step "
+    "zeroes the gradients instead of freeing them; the next update frees them first: "
+    "memory only",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout
