@@ -202,3 +202,18 @@ def test_reusing_the_training_forward_for_logp_old_leaves_the_update_unchanged(
         assert s_reuse[key] == pytest.approx(s_sep[key], rel=1e-6, abs=1e-7), key
     for n in p_sep:
         torch.testing.assert_close(p_reuse[n], p_sep[n], atol=1e-7, rtol=1e-6, msg=n)
+
+
+def test_eval_reports_the_damaged_checkpoint_it_skips(run_with_two_checkpoints, capsys):
+    """``grpo-scaleup eval`` evaluates the newest usable checkpoint and says which newer
+    one it skipped and why (a corrupt file is reported, never used silently)."""
+    from scaleup.evaluate import evaluate_run
+
+    out, _ = run_with_two_checkpoints
+    _truncate(out / "checkpoints" / "step_000004" / "adapter_model.safetensors")
+    capsys.readouterr()
+    result = evaluate_run(out, n_problems=2, batch_size=2, n_samples=1, n_boot=50)
+    assert result["checkpoint"].endswith("step_000002")
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "skipping checkpoint" in text and "step_000004" in text, text
