@@ -76,6 +76,15 @@ EQUIVALENT: dict[str, str] = {
     "pg_clipfrac_lower, which the scale-up does not log (CLIP_KEYS)",
     "scaleup.step.x_loss_backward__mutmut_236": "zip(strict=False) of the names and their "
     "all-reduced values: two lists of one length",
+    "scaleup.rollout.x_sampling_config__mutmut_43": "eta_cutoff None or 0.0: transformers "
+    "adds no eta warper either way (test_generate_samples_from_the_policy_itself checks "
+    "that the processed scores are the raw logits)",
+    "scaleup.rollout.x_sampling_config__mutmut_49": "typical_p left at its default, 1.0: "
+    "no typical warper, the same raw logits",
+    "scaleup.rollout.x_sampling_config__mutmut_56": "top_p 2.0 or 1.0: transformers adds "
+    "a top-p warper only below 1, the same raw logits",
+    "scaleup.rollout.x_sample_rollouts__mutmut_52": "CUDA only, and timing only: the "
+    "synchronize before the clock starts",
     "scaleup.step.x__update__mutmut_84": "the zero_grad after the last optimizer step "
     "zeroes the gradients instead of freeing them; the next update frees them first: "
     "memory only",

@@ -52,6 +52,13 @@ def test_sampled_mask_and_truncation(policy, tokenizer):
     has_stop = torch.isin(roll.completion_ids, torch.tensor(stops)).any(1)
     assert torch.equal(roll.truncated, ~has_stop)
     assert 0 < int(roll.truncated.sum()) < len(roll.truncated)  # both kinds occur
+    # the texts the checker scores: the completion up to its end, special tokens dropped
+    for ids, m, text in zip(roll.completion_ids, roll.response_mask, roll.texts, strict=True):
+        assert text == tokenizer.decode(ids[m != 0], skip_special_tokens=True)
+        assert IM_END not in text and tokenizer.pad_token not in text
+    # each prompt is one user turn with the assistant's turn opened
+    for ids, m in zip(roll.prompt_ids, roll.prompt_mask, strict=True):
+        assert tokenizer.decode(ids[m != 0]).endswith("<|im_start|>assistant\n")
 
 
 def test_generate_samples_from_the_policy_itself(policy, tokenizer):
@@ -156,3 +163,7 @@ def test_rollouts_select_keeps_every_field_of_the_chosen_rows():
     assert sub.texts == ["t3", "t1"]
     assert [p.prompt for p in sub.problems] == ["p3", "p1"]
     assert sub.sample_seconds == 1.5
+    assert sub.logp_sampler is None
+    # vLLM's rollouts carry the sampler's log-probs: the same rows of them
+    roll.logp_sampler = -torch.arange(n * 3.0).view(n, 3)
+    assert torch.equal(roll.select(rows).logp_sampler, roll.logp_sampler[rows])
