@@ -207,7 +207,7 @@ def test_training_signal_penalises_long_and_masks_truncated_completions_by_hand(
     for signal in (tlm.training_signal(cfg, problems, completions),
                    lm.training_signal(cfg, _jax_problems(problems),
                                       jnp.asarray(completions.numpy()))):
-        rewards, response, loss_mask, _, _ = (torch.tensor(np.array(x)) for x in signal)
+        rewards, response, loss_mask, _, _ = (torch.tensor(np.asarray(x).copy()) for x in signal)
         np.testing.assert_allclose(rewards - plain, expected_penalty, atol=1e-6)
         np.testing.assert_array_equal(response, mask)
         np.testing.assert_array_equal(loss_mask[:3], mask[:3])
