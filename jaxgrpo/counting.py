@@ -171,14 +171,22 @@ def training_signal(cfg: CountingConfig, prompts: jax.Array, completions: jax.Ar
     the loss mask is the response mask without the truncated completions (no end token)
     when ``cfg.mask_truncated`` (TRL's ``mask_truncated_completions``)."""
     rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    ended = jnp.any(completions == END_TOKEN, axis=1)
+    rewards, loss_mask = shape_signal(cfg, rewards, mask, lengths, ended)
+    return rewards, mask, loss_mask, correct, lengths
+
+
+def shape_signal(cfg, rewards: jax.Array, mask: jax.Array, lengths: jax.Array,
+                 ended: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(rewards, loss mask)``: the task's rewards (N,) plus DAPO's overlong penalty
+    when ``cfg.overlong_buffer`` is set (``max_len = cfg.length``); the response mask
+    (N, L) without the rows that did not ``end`` (N,) when ``cfg.mask_truncated``. Shared
+    by the counting and the language-model trainers (``jaxgrpo.lm.training_signal``)."""
     if cfg.overlong_buffer is not None:
         rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
                                              cfg.overlong_penalty)
-    loss_mask = mask
-    if cfg.mask_truncated:
-        ended = jnp.any(completions == END_TOKEN, axis=1)
-        loss_mask = mask * ended[:, None]
-    return rewards, mask, loss_mask, correct, lengths
+    loss_mask = mask * ended[:, None] if cfg.mask_truncated else mask
+    return rewards, loss_mask
 
 
 def select_groups(grouped_rewards: jax.Array, n_keep: int) -> jax.Array:

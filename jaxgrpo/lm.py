@@ -27,7 +27,7 @@ import optax
 from flax import nnx
 
 from grpospec.lm import END, PAD, LMConfig
-from jaxgrpo.advantages import estimator_advantages, overlong_penalty
+from jaxgrpo.advantages import estimator_advantages
 from jaxgrpo.counting import (
     Trainer,
     group_rows,
@@ -35,6 +35,7 @@ from jaxgrpo.counting import (
     rollout_stats,
     seeds_to_list,
     select_groups,
+    shape_signal,
     steps_runner,
     token_entropy,
 )
@@ -193,12 +194,8 @@ def training_signal(cfg: LMConfig, problems: Problems, completions: jax.Array
     overlong penalty (``cfg.overlong_buffer``); the loss mask is the response mask without
     the truncated completions (no end token) when ``cfg.mask_truncated``."""
     rewards, mask, correct, lengths = task_reward(cfg.task, problems, completions)
-    if cfg.overlong_buffer is not None:
-        rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
-                                             cfg.overlong_penalty)
-    loss_mask = mask
-    if cfg.mask_truncated:
-        loss_mask = mask * completion_mask(completions)[2][:, None]
+    rewards, loss_mask = shape_signal(cfg, rewards, mask, lengths,
+                                      completion_mask(completions)[2])
     return rewards, mask, loss_mask, correct, lengths
 
 

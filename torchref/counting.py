@@ -124,14 +124,21 @@ def training_signal(cfg: CountingConfig, prompts: torch.Tensor, completions: tor
     lengths)``: the task's reward plus DAPO's overlong penalty (``cfg.overlong_buffer``);
     the loss mask drops truncated completions (no end token) when ``cfg.mask_truncated``."""
     rewards, mask, correct, lengths = task_reward(cfg.task, prompts, completions)
+    ended = (completions == END_TOKEN).any(dim=1)
+    rewards, loss_mask = shape_signal(cfg, rewards, mask, lengths, ended)
+    return rewards, mask, loss_mask, correct, lengths
+
+
+def shape_signal(cfg, rewards: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+                 ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rewards, loss mask)``: plus the overlong penalty, without the rows that did not
+    end when ``cfg.mask_truncated``; as ``jaxgrpo.counting.shape_signal``. Shared by the
+    counting and the language-model trainers."""
     if cfg.overlong_buffer is not None:
         rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
                                              cfg.overlong_penalty)
-    loss_mask = mask
-    if cfg.mask_truncated:
-        ended = (completions == END_TOKEN).any(dim=1)
-        loss_mask = mask * ended[:, None].float()
-    return rewards, mask, loss_mask, correct, lengths
+    loss_mask = mask * ended[:, None].float() if cfg.mask_truncated else mask
+    return rewards, loss_mask
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,14 @@ import torch
 from torch import nn
 
 from grpospec.lm import END, PAD, LMConfig, ModelSizes
-from torchref.advantages import estimator_advantages, overlong_penalty
-from torchref.counting import group_rows, rollout_stats, select_groups, token_entropy
+from torchref.advantages import estimator_advantages
+from torchref.counting import (
+    group_rows,
+    rollout_stats,
+    select_groups,
+    shape_signal,
+    token_entropy,
+)
 from torchref.lm_tasks import (
     Problems,
     completion_mask,
@@ -230,12 +236,8 @@ def training_signal(cfg: LMConfig, problems: Problems, completions: torch.Tensor
     """``(rewards, response mask, loss mask, correct, lengths)``; as
     ``jaxgrpo.lm.training_signal`` (the overlong penalty, ``mask_truncated``)."""
     rewards, mask, correct, lengths = task_reward(cfg.task, problems, completions)
-    if cfg.overlong_buffer is not None:
-        rewards = rewards + overlong_penalty(lengths, cfg.length, cfg.overlong_buffer,
-                                             cfg.overlong_penalty)
-    loss_mask = mask
-    if cfg.mask_truncated:
-        loss_mask = mask * completion_mask(completions)[2][:, None]
+    rewards, loss_mask = shape_signal(cfg, rewards, mask, lengths,
+                                      completion_mask(completions)[2])
     return rewards, mask, loss_mask, correct, lengths
 
 
