@@ -378,14 +378,15 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
 
     n_panels = len(exp.panels) + int(exp.per_token)
     fig, axes = plt.subplots(1, n_panels, figsize=(4.3 * n_panels, 3.4), squeeze=False)
+    color = {arm: f"C{i}" for i, arm in enumerate(results)}  # one colour per arm, every panel
     for ax, metric in zip(axes[0], exp.panels, strict=False):
         for arm, r in results.items():
             if metric not in r.metrics:
                 continue
             mean, lo, hi = mean_ci(r.metrics[metric])
             steps = np.arange(len(mean))
-            ax.plot(steps, mean, label=arm)
-            ax.fill_between(steps, lo, hi, alpha=0.2)
+            ax.plot(steps, mean, label=arm, color=color[arm])
+            ax.fill_between(steps, lo, hi, alpha=0.2, color=color[arm])
         ax.set_title(metric)
         ax.set_xlabel("step")
         set_y_axis(ax, metric)
@@ -395,8 +396,8 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
         for arm, r in results.items():
             tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0)
             mean, lo, hi = mean_ci(r.metrics["mean_reward"])
-            ax.plot(tokens, mean, label=arm)
-            ax.fill_between(tokens, lo, hi, alpha=0.2)
+            ax.plot(tokens, mean, label=arm, color=color[arm])
+            ax.fill_between(tokens, lo, hi, alpha=0.2, color=color[arm])
         ax.set_title("mean_reward per sampled token")
         ax.set_xlabel("cumulative sampled tokens")
         set_y_axis(ax, "mean_reward")
