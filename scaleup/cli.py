@@ -10,7 +10,6 @@ option, with exit code 2, never a traceback from inside a library.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import tyro
@@ -18,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from grpospec.cli import option_message
-from scaleup.config import ConfigError, TrainConfig
+from scaleup.config import ConfigError, EvalConfig, TrainConfig
 
 console = Console(stderr=True)
 
@@ -58,32 +57,6 @@ def train(cfg: TrainConfig, resume: bool = False) -> None:
     if log and result["rank"] == 0:
         console.print(f"done: {len(log)} steps, last mean reward "
                       f"{log[-1]['mean_reward']:.3f}; run in {result['output_dir']}")
-
-
-@dataclass
-class EvalConfig:
-    """``grpo-scaleup eval``: the final adapter against the starting model."""
-
-    output_dir: str
-    """run folder with checkpoints (the newest complete one is evaluated)"""
-    n_problems: int = 200
-    """held-out problems"""
-    batch_size: int = 16
-    """problems per generate call"""
-    max_new_tokens: int | None = None
-    """most tokens per completion; None: the run's"""
-    n_boot: int = 10_000
-    """bootstrap resamples for the 95% interval"""
-    n_samples: int = 20
-    """completions of each model written to eval_samples.jsonl"""
-    device: str | None = None
-    """the device; None: the run's"""
-    eval_data: str | None = None
-    """GSM8K evaluation JSONL; None: the run's --eval-data"""
-    allow_overlap: bool | None = None
-    """evaluate GSM8K even if --eval-data overlaps the training file; None: the run's"""
-    rollout: str | None = None
-    """decoder: 'hf' (generate) or 'vllm' (a vLLM engine serving the adapter); None: the run's"""
 
 
 def evaluate(cfg: EvalConfig) -> None:

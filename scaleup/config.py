@@ -279,3 +279,32 @@ def _range(value, name, low, high, low_open=False, high_open=False):
     if not ok:
         lo, hi = "(" if low_open else "[", ")" if high_open else "]"
         raise ConfigError(f"{name} must be a number in {lo}{low}, {high}{hi}, got {value!r}")
+
+
+@dataclass
+class EvalConfig:
+    """``grpo-scaleup eval``: the final adapter against the starting model.
+
+    Its defaults are also :func:`scaleup.evaluate.evaluate_run`'s (one place).
+    """
+
+    output_dir: str
+    """run folder with checkpoints (the newest complete one is evaluated)"""
+    n_problems: int = 200
+    """held-out problems"""
+    batch_size: int = 16
+    """problems per generate call"""
+    max_new_tokens: int | None = None
+    """most tokens per completion; None: the run's"""
+    n_boot: int = 10_000
+    """bootstrap resamples for the 95% interval"""
+    n_samples: int = 20
+    """completions of each model written to eval_samples.jsonl"""
+    device: str | None = None
+    """the device; None: the run's"""
+    eval_data: str | None = None
+    """GSM8K evaluation JSONL; None: the run's --eval-data"""
+    allow_overlap: bool | None = None
+    """evaluate GSM8K even if --eval-data overlaps the training file; None: the run's"""
+    rollout: str | None = None
+    """decoder: 'hf' (generate) or 'vllm' (a vLLM engine serving the adapter); None: the run's"""

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from scaleup.checkpoint import load_adapter, usable_checkpoint
-from scaleup.config import TrainConfig
+from scaleup.config import EvalConfig, TrainConfig
 from scaleup.modeling import load_policy, stop_token_ids
 from scaleup.rollout import sample_rollouts
 from scaleup.tasks import (
@@ -62,8 +62,8 @@ def held_out_problems(cfg: TrainConfig, n: int) -> tuple[list[Problem], dict]:
     return task.sample(n, cfg.seed, 0), {"rule": "none: the digit task has one prompt"}
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int = 10_000, seed: int = 0,
-                     level: float = 0.95) -> tuple[float, float, float]:
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int = EvalConfig.n_boot,
+                     seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
     """``mean(a - b)`` and its percentile bootstrap interval, resampling pairs.
 
     Args:
@@ -121,8 +121,9 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def evaluate_run(output_dir: str | Path, n_problems: int = 200, batch_size: int = 16,
-                 max_new_tokens: int | None = None, n_boot: int = 10_000, n_samples: int = 20,
+def evaluate_run(output_dir: str | Path, n_problems: int = EvalConfig.n_problems,
+                 batch_size: int = EvalConfig.batch_size, max_new_tokens: int | None = None,
+                 n_boot: int = EvalConfig.n_boot, n_samples: int = EvalConfig.n_samples,
                  device: str | None = None, eval_data: str | None = None,
                  allow_overlap: bool | None = None, show_progress: bool = False,
                  rollout: str | None = None) -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from scaleup.evaluate import held_out_problems, paired_bootstrap, run_model
+from scaleup.evaluate import evaluate_run, held_out_problems, paired_bootstrap, run_model
 from scaleup.rollout import Rollouts, sample_rollouts
 from scaleup.step import grpo_step, step_advantages
 from scaleup.tasks import EVAL_SHARE, ArithmeticTask, Problem
@@ -156,6 +156,42 @@ def test_gsm8k_held_out_problems_honour_allow_overlap(tmp_path):
         small_cfg(task="gsm8k", data=train, eval_data=mixed, allow_overlap=True), 10)
     assert len(problems) == 2
     assert record["overlapping_questions"] == 1 and record["allow_overlap"] is True
+
+
+def test_eval_of_a_gsm8k_run_honours_eval_data_and_the_default_n_boot(tiny_dir, tmp_path,
+                                                                    monkeypatch):
+    """``grpo-scaleup eval --eval-data`` replaces the GSM8K run's own evaluation file (the
+    set, its length and the held-out record are the new file's), and the interval uses
+    the documented 10,000 resamples when ``n_boot`` is not given."""
+    import scaleup.evaluate
+    from scaleup.train import train
+
+    def gsm(path, questions):
+        path.write_text("".join(json.dumps({"question": q, "answer": "x\n#### 1"}) + "\n"
+                                for q in questions))
+        return str(path)
+
+    seen = []
+
+    def spy(a, b, *args):
+        seen.append(args)
+        return paired_bootstrap(a, b, *args)
+
+    monkeypatch.setattr(scaleup.evaluate, "paired_bootstrap", spy)
+    data = gsm(tmp_path / "train.jsonl", ["How many apples?", "How many pears?"])
+    own = gsm(tmp_path / "own.jsonl", ["How many figs?"])
+    other = gsm(tmp_path / "other.jsonl", ["How many plums?", "How many kiwis?", "Cats?"])
+    out = tmp_path / "run"
+    train(small_cfg(model=str(tiny_dir), output_dir=str(out), task="gsm8k", data=data,
+                    eval_data=own, steps=1, save_every=1, max_new_tokens=2, seed=5),
+          show_progress=False)
+    r = evaluate_run(out, n_problems=10, batch_size=4, n_samples=1, max_new_tokens=2,
+                     eval_data=other)
+    assert r["n_problems"] == 3 and r["held_out"]["eval_data"] == other
+    assert seen == [(10_000, 5)]
+    assert json.loads((out / "eval.json").read_text())["held_out"]["eval_data"] == other
+    assert evaluate_run(out, n_problems=10, batch_size=4, n_samples=1, max_new_tokens=2,
+                        n_boot=20)["n_problems"] == 1  # without the override: the run's
 
 
 @pytest.mark.parametrize("with_sampler", [True, False])
