@@ -394,12 +394,12 @@ def plot_experiment(exp: Experiment, results: dict[str, RunResult], path: Path) 
     if exp.per_token:
         ax = axes[0][-1]
         for arm, r in results.items():
-            tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0)
+            tokens = np.cumsum(r.metrics["sampled_tokens"], axis=1).mean(axis=0) / 1000
             mean, lo, hi = mean_ci(r.metrics["mean_reward"])
             ax.plot(tokens, mean, label=arm, color=color[arm])
             ax.fill_between(tokens, lo, hi, alpha=0.2, color=color[arm])
         ax.set_title("mean_reward per sampled token")
-        ax.set_xlabel("cumulative sampled tokens")
+        ax.set_xlabel("cumulative sampled tokens (thousands)")
         set_y_axis(ax, "mean_reward")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
