@@ -8,10 +8,13 @@ summary statistics (a bootstrap 95% interval over seeds) and the learning-curve 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import json
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -119,6 +122,28 @@ def compile_jax_seeds(cfg: CountingConfig | LMConfig, seeds: Sequence[int],
     return _compiled(cfg, tuple(int(s) for s in seeds), mesh, min(chunk, cfg.steps), every)
 
 
+@contextlib.contextmanager
+def _ctrl_c_sets(stop: threading.Event):
+    """While chunks run, the first Ctrl-C (SIGINT) sets ``stop`` instead of raising (the
+    next one raises as usual). A ``KeyboardInterrupt`` raised inside the program's
+    progress callback, where the main thread may be when the signal lands, is swallowed
+    by the XLA runtime, and the run would not stop. Only in the main thread (where
+    Python handles signals); elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_jax(program: CompiledRun, cfg: CountingConfig | LMConfig,
             on_steps: Callable[[int], None] | None = None
             ) -> tuple[dict[str, np.ndarray], bool]:
@@ -133,9 +158,10 @@ def run_jax(program: CompiledRun, cfg: CountingConfig | LMConfig,
     parts: list[dict] = []
     done, interrupted = 0, False
     listener = on_steps if on_steps is not None else (lambda _: None)
-    with progress_listener(listener):
+    stop = threading.Event()
+    with progress_listener(listener), _ctrl_c_sets(stop):
         try:
-            while done < cfg.steps:
+            while done < cfg.steps and not stop.is_set():
                 n = min(program.chunk_steps, cfg.steps - done)
                 step = program.chunk if n == program.chunk_steps else program.last
                 runner, metrics = step(runner, done)
@@ -143,6 +169,7 @@ def run_jax(program: CompiledRun, cfg: CountingConfig | LMConfig,
                 done += n
         except KeyboardInterrupt:
             interrupted = True
+    interrupted = interrupted or (stop.is_set() and done < cfg.steps)
     names = cfg.metric_names
     if not parts:
         return {k: np.zeros((len(program.keys), 0)) for k in names}, interrupted
