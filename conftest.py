@@ -24,6 +24,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -50,6 +51,27 @@ if _mutmut_phase() or Path(__file__).resolve().parent.name == "mutants":
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per mutmut worker
+
+
+def pytest_configure(config):
+    if _mutmut_phase() == "stats":
+        # The multi-process tests run the DDP code in spawned children: they report what
+        # they reached here (scaleup/tests/dist_helpers.py), see pytest_runtest_teardown.
+        import tempfile
+
+        os.environ["MUTMUT_CHILD_HITS_DIR"] = tempfile.mkdtemp(prefix="mutmut-hits-")
+
+
+@pytest.hookimpl(tryfirst=True)  # before mutmut's own teardown hook files the hits
+def pytest_runtest_teardown(item, nextitem):
+    out = os.environ.get("MUTMUT_CHILD_HITS_DIR")
+    if _mutmut_phase() != "stats" or not out:
+        return
+    from mutmut.state import state
+
+    for hits in Path(out).glob("hits-*.txt"):
+        state()._stats.update(n for n in hits.read_text().split("\n") if n)
+        hits.unlink()
 
 
 def pytest_runtest_setup(item):

@@ -88,6 +88,28 @@ EQUIVALENT: dict[str, str] = {
     "scaleup.step.x__update__mutmut_84": "the zero_grad after the last optimizer step "
     "zeroes the gradients instead of freeing them; the next update frees them first: "
     "memory only",
+    "jaxgrpo.counting.x_steps_runner__mutmut_10": "jnp.arange's default integer is int32 "
+    "without x64 (how the trainers run); under x64 the step numbers are the same values "
+    "in int64",
+    "jaxgrpo.loss.x_clip_metrics__mutmut_52": "beta 1.0 instead of 0.0 in the argument "
+    "check of clip_metrics: both are valid and beta is only range-checked there",
+    "jaxgrpo.loss.x__grpo_loss__mutmut_118": "the entropies only select the top quantile "
+    "of themselves; astype(None) is the default float, the loss dtype except float32 "
+    "log-probs under x64, where the same entropies are compared in float64",
+    "scaleup.evaluate.x_paired_bootstrap__mutmut_5": "a's scores kept in their dtype: "
+    "a - b with the float b promotes them exactly (0/1 scores)",
+    "scaleup.evaluate.x_paired_bootstrap__mutmut_26": "numpy's integers(high, size) draws "
+    "from [0, high), the same as integers(0, high, size), draw for draw",
+    "scaleup.evaluate.x_evaluate_run__mutmut_71": "the progress bar's dynamic_ncols: "
+    "display only",
+    "scaleup.evaluate.x_evaluate_run__mutmut_183": "eval.json's indentation: the same "
+    "JSON content",
+    "scaleup.distributed.x__rank_device__mutmut_12": "'cpu' no longer kept at once falls "
+    "through every other case to the final return 'cpu'",
+    "scaleup.distributed.x__rank_device__mutmut_13": "'cpu' no longer kept at once falls "
+    "through every other case to the final return 'cpu'",
+    "scaleup.distributed.xǁLogprobModuleǁforward__mutmut_1": "the default of entropy_grad "
+    "is never used: the one caller (scaleup.step's micro-batch forward) passes it",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout

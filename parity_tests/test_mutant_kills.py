@@ -292,7 +292,7 @@ def test_dynamic_sampling_fills_with_zero_variance_groups_only_when_short(impl):
     """DAPO's selection keeps every group whose rewards vary (up to n_prompts) and fills
     the batch with zero-variance groups only for what is missing: each step,
     ``filled == max(0, n_prompts - varied)`` with ``varied = pool - (dropped + filled)``."""
-    cfg = dict(steps=60, dynamic_sampling=True, oversample=2)
+    cfg = dict(steps=100, dynamic_sampling=True, oversample=2)  # fills from step ~60
     m = impl.mod.train_counting(seed=1, **cfg)
     from grpospec import CountingConfig
 
@@ -302,6 +302,7 @@ def test_dynamic_sampling_fills_with_zero_variance_groups_only_when_short(impl):
     varied = pool - (dropped + filled)
     np.testing.assert_array_equal(filled, np.maximum(0, n - varied))
     assert ((varied < pool) & (varied > 0)).any()  # zero-variance groups to drop or keep
+    assert (filled > 0).any() and (dropped > 0).any()  # and both of them happen
 
 
 def test_ppo_with_a_value_head_trains_through_the_trainer(impl):
@@ -341,3 +342,52 @@ def test_jax_loss_of_float32_inputs_stays_float32_under_x64():
         x = jnp.zeros((2, 3), jnp.float32)
         loss = jaxgrpo.grpo_loss(x, x, x, jnp.ones(2, jnp.float32), jnp.ones((2, 3), jnp.float32))
         assert loss.dtype == jnp.float32
+
+
+def test_rollout_stats_by_hand(impl):
+    """A pool of 4 groups of 2, rewards [1, 1], [0, 1], [0, 0], [1, 0]: groups 0 and 2 have
+    zero variance. Dynamic sampling kept groups 0 and 1, so one zero-variance group filled
+    the batch and one was dropped; every other metric worked out by hand."""
+    counting = __import__(f"{impl.mod.__name__}.counting", fromlist=["rollout_stats"])
+    rewards = impl.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    correct = impl.array(np.array([1, 1, 0, 1, 0, 0, 1, 0]), np.int32)
+    lengths = impl.array(np.array([2, 4, 1, 3, 5, 5, 2, 6]), np.int32)
+    mask = impl.array(np.arange(6)[None] < np.array([2, 4, 1, 3, 5, 5, 2, 6])[:, None])
+    kept = impl.array(np.array([0, 1]), np.int64 if impl.name == "torch" else np.int32)
+    m = {k: float(impl.numpy(v)) for k, v in
+         counting.rollout_stats(rewards, mask, correct, lengths, 2, kept).items()}
+    want = {"mean_reward": 4 / 8, "frac_reward_zero_std": 2 / 4, "correct_frac": 4 / 8,
+            "mean_length": 28 / 8, "len_correct": (2 + 4 + 3 + 2) / 4,
+            "len_incorrect": (1 + 5 + 5 + 6) / 4, "sampled_tokens": 28.0,
+            "ds_dropped": 1.0, "ds_filled": 1.0}
+    assert m == pytest.approx(want)
+    kept = impl.array(np.array([1, 3]), np.int64 if impl.name == "torch" else np.int32)
+    m = counting.rollout_stats(rewards, mask, correct, lengths, 2, kept)
+    assert (float(impl.numpy(m["ds_dropped"])), float(impl.numpy(m["ds_filled"]))) == (2, 0)
+
+
+def test_dual_clip_fraction_counts_negative_advantages_only(impl):
+    """``pg_clipfrac_lower`` (verl's name) is the share of tokens where the dual-clip bound
+    acts: ratio > c AND A < 0. A token with A = 0 and the same ratio is not clipped (its
+    surrogate is 0 either way)."""
+    new, old = np.full((2, 2), 2.0), np.zeros((2, 2))  # ratio e^2 > c = 3 everywhere
+    for adv, want in (([0.0, -1.0], 0.5), ([-1.0, -1.0], 1.0), ([0.0, 1.0], 0.0)):
+        m = impl.clip_metrics(new, old, np.array(adv), np.ones((2, 2)), dual_clip=3.0)
+        assert m["pg_clipfrac_lower"] == pytest.approx(want), adv
+
+
+@pytest.mark.parametrize("coef", [1.0, 0.5])
+def test_entropy_bonus_is_minus_coef_times_mean_entropy(impl, coef):
+    """The bonus adds ``- entropy_coef * entropy`` per token: with token aggregation the
+    loss moves by exactly ``- coef * mean(entropy)`` over valid tokens, for every coef > 0
+    (1.0 included)."""
+    g = np.random.default_rng(3)
+    new, old, ref = (g.normal(-1, 0.2, (2, 3)) for _ in range(3))
+    adv, mask = np.array([0.5, -1.0]), np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    ent = np.array([[0.3, 1.2, 9.0], [0.7, 0.1, 2.0]])
+    base, _ = impl.loss_and_grad(new, old, ref, adv, mask, np.float64, beta=0.0)
+    with_bonus, _ = impl.loss_and_grad(new, old, ref, adv, mask, np.float64, beta=0.0,
+                                       entropy=ent, entropy_coef=coef)
+    # float32 in JAX without x64: to 1e-6
+    assert with_bonus - base == pytest.approx(-coef * (0.3 + 1.2 + 0.7 + 0.1 + 2.0) / 5,
+                                              abs=1e-6)

@@ -40,7 +40,29 @@ def _entry(rank, fn, k, port, args):
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(k),
                       LOCAL_WORLD_SIZE=str(k))
     torch.set_num_threads(1)
-    fn(rank, k, *args)
+    try:
+        fn(rank, k, *args)
+    finally:
+        report_mutmut_hits()
+
+
+#: Set by the root conftest.py in mutmut's stats phase: where a child process writes the
+#: mutated functions it reached (mutmut only sees the test process's own calls).
+HITS_DIR = "MUTMUT_CHILD_HITS_DIR"
+
+
+def report_mutmut_hits() -> None:
+    """In mutmut's stats phase, write the functions this (child) process reached through
+    mutmut's trampolines to ``$MUTMUT_CHILD_HITS_DIR``; the root conftest.py adds them
+    to the test that started the process, so the DDP code's mutants are run against the
+    multi-process tests. A no-op outside mutmut."""
+    out = os.environ.get(HITS_DIR)
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats" or not out:
+        return
+    from mutmut.state import state
+
+    with open(os.path.join(out, f"hits-{os.getpid()}.txt"), "w") as f:
+        f.write("\n".join(sorted(state()._stats)))
 
 
 def run_ranks(fn, k: int, *args, timeout: float = 240.0) -> None:

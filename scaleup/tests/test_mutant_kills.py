@@ -14,7 +14,7 @@ import torch
 from scaleup.evaluate import evaluate_run, held_out_problems, paired_bootstrap, run_model
 from scaleup.rollout import Rollouts, sample_rollouts
 from scaleup.step import grpo_step, step_advantages
-from scaleup.tasks import EVAL_SHARE, ArithmeticTask, Problem
+from scaleup.tasks import EVAL_SHARE, ArithmeticTask, Problem, TaskError
 from scaleup.tests.conftest import ParityTask, small_cfg
 from scaleup.train import make_optimizer, task_of
 
@@ -192,6 +192,28 @@ def test_eval_of_a_gsm8k_run_honours_eval_data_and_the_default_n_boot(tiny_dir, 
     assert json.loads((out / "eval.json").read_text())["held_out"]["eval_data"] == other
     assert evaluate_run(out, n_problems=10, batch_size=4, n_samples=1, max_new_tokens=2,
                         n_boot=20)["n_problems"] == 1  # without the override: the run's
+    # --allow-overlap as an override: evaluating on the training file is refused by
+    # default and done, and recorded, when allowed
+    with pytest.raises(TaskError, match="is the training file"):
+        evaluate_run(out, n_problems=10, batch_size=4, n_samples=1, max_new_tokens=2,
+                     n_boot=20, eval_data=data)
+    r = evaluate_run(out, n_problems=10, batch_size=4, n_samples=1, max_new_tokens=2,
+                     n_boot=20, eval_data=data, allow_overlap=True)
+    assert r["n_problems"] == 2 and r["held_out"]["allow_overlap"] is True
+
+
+@pytest.mark.parametrize("level", [0.95, 0.5])
+def test_paired_bootstrap_interval_is_the_percentiles_of_resampled_pair_means(level):
+    """The percentile bootstrap by its definition: resample the n pairs with replacement
+    (numpy's ``default_rng(seed).integers(0, n, (n_boot, n))``), take each resample's mean
+    difference, and report the (1 - level)/2 and (1 + level)/2 quantiles of those means."""
+    g = np.random.default_rng(0)  # continuous scores: no two resample means tie, so a
+    a, b = g.normal(size=30), g.normal(size=30)  # quantile a little off is another value
+    d = a - b
+    draws = np.random.default_rng(3).integers(0, 30, (500, 30))
+    means = d[draws].mean(axis=1)
+    want = (d.mean(), *np.quantile(means, [(1 - level) / 2, (1 + level) / 2]))
+    assert paired_bootstrap(a, b, 500, 3, level) == pytest.approx(want, abs=1e-12)
 
 
 @pytest.mark.parametrize("with_sampler", [True, False])
@@ -247,3 +269,80 @@ def test_loss_backward_statistics_with_a_sampler_by_hand(policy, with_sampler):
         assert abs(float(plain) - float(full)) > 1e-4
     else:
         assert all(math.isnan(stats[k]) for k in MISMATCH_KEYS)
+
+
+def test_rank_device_by_hand(monkeypatch):
+    """Each rank's device: an explicit ``cpu``/``cuda:N`` is kept; ``cuda``, and ``auto``
+    with a GPU, mean ``cuda:LOCAL_RANK`` (0 when unset); ``auto`` without one is ``cpu``."""
+    from scaleup.distributed import _rank_device
+
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert [_rank_device(d) for d in ("cpu", "cuda:1", "cuda")] == ["cpu", "cuda:1", "cuda:3"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _rank_device("auto") == "cuda:3"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _rank_device("auto") == "cpu"
+    monkeypatch.delenv("LOCAL_RANK")
+    assert _rank_device("cuda") == "cuda:0"
+
+
+def test_init_distributed_picks_nccl_for_a_gpu_rank_and_gloo_for_a_cpu_rank(monkeypatch):
+    """Under torchrun (WORLD_SIZE > 1): a GPU rank selects its GPU, then joins with NCCL;
+    a CPU rank joins with gloo; either way this call created the group (the process group
+    calls are recorded, not made: no GPU and no second process here)."""
+    import torch.distributed as dist
+
+    from scaleup.distributed import DistSetup, init_distributed
+
+    calls = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: calls.append(backend))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(str(d)))
+    assert init_distributed("cuda") == DistSetup("cuda:1", created=True)
+    assert calls == ["cuda:1", "nccl"]
+    calls.clear()
+    assert init_distributed("cpu") == DistSetup("cpu", created=True)
+    assert calls == ["gloo"]
+
+
+def test_init_distributed_joins_a_running_group_without_owning_it(tmp_path):
+    """A process group that already runs (started by the caller) is joined, not created:
+    ``finish_distributed`` then leaves it to its owner."""
+    import torch.distributed as dist
+
+    from scaleup.distributed import (
+        DistSetup,
+        finish_distributed,
+        init_distributed,
+        is_distributed,
+        rank,
+        world_size,
+    )
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        setup = init_distributed("cpu")
+        assert setup == DistSetup("cpu", created=False)
+        assert not is_distributed() and world_size() == 1 and rank() == 0  # one process
+        finish_distributed(setup)
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_wrap_ddp_gives_a_gpu_rank_its_device_and_a_cpu_rank_none(monkeypatch):
+    """With K > 1 the policy's forward is wrapped in DDP, ``device_ids`` being the rank's
+    GPU (``cuda:N`` -> [N]) and ``None`` on a CPU (DDP's own rule); without a process
+    group nothing is wrapped. DDP is recorded, not built: no GPU and no group here."""
+    import scaleup.distributed as D
+
+    assert D.wrap_ddp(torch.nn.Linear(2, 2), torch.device("cpu")) is None
+    made = []
+    monkeypatch.setattr(D, "is_distributed", lambda: True)
+    monkeypatch.setattr(D, "DistributedDataParallel",
+                        lambda module, device_ids: made.append((type(module), device_ids)))
+    for device in ("cuda:1", "cpu"):
+        D.wrap_ddp(torch.nn.Linear(2, 2), torch.device(device))
+    assert made == [(D.LogprobModule, [1]), (D.LogprobModule, None)]
