@@ -13,7 +13,9 @@ arithmetic task; each run pretrains the base model, then 120 GRPO steps of 16 pr
      and the end (mean of the last 5 steps), and the time for all 8 with compile;
   4. what a compiled step spends on sampling (``generate``) against the whole step;
   5. the same rows 1-2 for a smaller model (hidden 16, one layer, 8 prompts x 8), where
-     the work per step is small and per-call overhead dominates the torch reference.
+     the work per step is small and per-call overhead dominates the torch reference;
+  6. for each model, the many seeds again over a seeds mesh of every CPU device (XLA
+     gives each its own thread; ``--xla_force_host_platform_device_count`` = the cores).
 Prints a table of times and ratios (torch time / JAX time) and the machine it ran on.
 Timings are medians of ``--repeats`` runs. ``--quick`` shortens every run (a smoke test
 of the script).
@@ -38,6 +40,7 @@ from flax import nnx  # noqa: E402
 from grpospec.lm import LMConfig  # noqa: E402
 from jaxgrpo import lm  # noqa: E402
 from jaxgrpo.lm_tasks import sample_problems  # noqa: E402
+from jaxgrpo.sharding import make_mesh, sharded_train  # noqa: E402
 from torchref import lm as tlm  # noqa: E402
 
 
@@ -112,6 +115,22 @@ def _speed_rows(cfg: LMConfig, label: str, n_seeds: int, repeats: int) -> list[t
              (f"{label}: {n_seeds} seeds, JAX vmapped incl. compile", first, torch_8 / first),
              (f"{label}: {n_seeds} seeds, JAX vmapped after compile", jax_many,
               torch_8 / jax_many)]
+    n_dev = jax.device_count()
+    if n_dev > 1 and n_seeds % n_dev == 0:  # the same seeds split over a seeds mesh
+        del compiled
+        _settle()
+        mesh = make_mesh(seeds=n_dev)
+        t0 = time.perf_counter()
+        compiled = sharded_train(cfg, mesh).lower(keys).compile()
+        jax.block_until_ready(compiled(keys))
+        first = time.perf_counter() - t0
+        _settle()
+        jax_mesh = _median(lambda: jax.block_until_ready(compiled(keys)),
+                           max(1, repeats // 2))
+        rows += [(f"{label}: {n_seeds} seeds, JAX on a {n_dev}-device seeds mesh incl. "
+                  "compile", first, torch_8 / first),
+                 (f"{label}: {n_seeds} seeds, JAX on a {n_dev}-device seeds mesh after "
+                  "compile", jax_mesh, torch_8 / jax_mesh)]
     return rows
 
 
@@ -172,7 +191,7 @@ def main() -> None:
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} "
           f"thread), jax {jax.__version__} on {jax.devices()[0].platform} (single-device "
-          f"programs)")
+          f"programs, except the mesh rows: {jax.device_count()} devices)")
     print(f"default: hidden {cfg.hidden_size}, {cfg.num_layers} layers, {cfg.num_heads} query "
           f"/ {cfg.num_kv_heads} key-value heads, {cfg.n_prompts} x {cfg.group_size} "
           f"completions of {cfg.length} tokens, {cfg.pretrain_steps} pretraining + "

@@ -346,3 +346,19 @@ def test_wrap_ddp_gives_a_gpu_rank_its_device_and_a_cpu_rank_none(monkeypatch):
     for device in ("cuda:1", "cpu"):
         D.wrap_ddp(torch.nn.Linear(2, 2), torch.device(device))
     assert made == [(D.LogprobModule, [1]), (D.LogprobModule, None)]
+
+
+def test_zero_weight_row_is_row_0_with_an_all_zero_mask():
+    """A rank left without rows trains on one placeholder row: row 0 of the batch, every
+    token masked out (loss weight 0), flagged as a placeholder; the batch is unchanged."""
+    from scaleup.step import zero_weight_row
+    from scaleup.tests.test_step import _random_batch
+
+    batch = _random_batch()
+    row = zero_weight_row(batch)
+    assert row.placeholder and not batch.placeholder
+    assert torch.equal(row.completion_ids, batch.completion_ids[:1])
+    assert torch.equal(row.adv, batch.adv[:1]) and torch.equal(row.prompt_ids,
+                                                                batch.prompt_ids[:1])
+    assert row.mask.shape == batch.mask[:1].shape and not row.mask.any()
+    assert batch.mask.any()
