@@ -11,6 +11,10 @@ mutant, only those tests, stopping at the first failure. Two things matter with 
 * For a mutant, the tests run cheapest first (the durations measured in the stats phase),
   so a killed mutant is usually killed in well under a second.
 
+The multi-process tests run the DDP code in spawned ranks, where mutmut's stats see
+nothing: in the stats phase each rank writes what it reached to a folder, and the hooks
+below file it under the test that started the ranks.
+
 Outside mutmut (``MUTANT_UNDER_TEST`` unset) the hooks do nothing. This file also
 registers the hypothesis profiles of the whole suite (``HYPOTHESIS_PROFILE=...``): ``ci``
 (the default: derandomized, 25 examples, so the suite stays within minutes on 2 cores),
