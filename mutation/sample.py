@@ -5,8 +5,8 @@
 
 prints the names of a share of each named module's mutants (those not judged yet, or
 without tests when last run; a seeded random sample, the same on every machine for the
-same mutants), for ``mutmut run``. The score of a sample estimates the module's; ``mutation.report``
-counts the mutants not run as such.
+same mutants), for ``mutmut run``. The score of a sample estimates the module's;
+``mutation.report`` counts the mutants not run as such.
 """
 
 from __future__ import annotations

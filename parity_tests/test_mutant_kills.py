@@ -348,7 +348,9 @@ def test_rollout_stats_by_hand(impl):
     """A pool of 4 groups of 2, rewards [1, 1], [0, 1], [0, 0], [1, 0]: groups 0 and 2 have
     zero variance. Dynamic sampling kept groups 0 and 1, so one zero-variance group filled
     the batch and one was dropped; every other metric worked out by hand."""
-    counting = __import__(f"{impl.mod.__name__}.counting", fromlist=["rollout_stats"])
+    from importlib import import_module
+
+    counting = import_module(f"{impl.mod.__name__}.counting")
     rewards = impl.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
     correct = impl.array(np.array([1, 1, 0, 1, 0, 0, 1, 0]), np.int32)
     lengths = impl.array(np.array([2, 4, 1, 3, 5, 5, 2, 6]), np.int32)
