@@ -151,12 +151,18 @@ def _sampling_share(cfg: LMConfig, repeats: int) -> tuple[float, float]:
     n = 50
     t_sample = _median(lambda: [jax.block_until_ready(sample(state, jax.random.key(i)))
                                 for i in range(n)], repeats) / n
-    long, key, _ = _compile(cfg, None)
-    short, _, _ = _compile(cfg.replace(steps=cfg.steps // 2), None)
+    # a step's time as the difference of two runs that differ only in their GRPO steps
+    # (4x as many: 2 * steps against steps // 2), each the fastest of its repeats (the
+    # minimum: the noise of a busy machine only ever adds time), the runs interleaved
+    n_long, n_short = 2 * cfg.steps, max(1, cfg.steps // 2)
+    long, key, _ = _compile(cfg.replace(steps=n_long), None)
+    short, _, _ = _compile(cfg.replace(steps=n_short), None)
     jax.block_until_ready((long(key), short(key)))
-    t_long = _median(lambda: jax.block_until_ready(long(key)), repeats)
-    t_short = _median(lambda: jax.block_until_ready(short(key)), repeats)
-    per_step = (t_long - t_short) / (cfg.steps - cfg.steps // 2)
+    t_long, t_short = [], []
+    for _ in range(max(3, repeats)):
+        t_long.append(_median(lambda: jax.block_until_ready(long(key)), 1))
+        t_short.append(_median(lambda: jax.block_until_ready(short(key)), 1))
+    per_step = (min(t_long) - min(t_short)) / (n_long - n_short)
     return 1e3 * t_sample, 1e3 * per_step
 
 
