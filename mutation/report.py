@@ -24,6 +24,10 @@ EQUIVALENT: dict[str, str] = {
     "scaleup.tasks.x_load_gsm8k__mutmut_9": "encoding 'UTF-8' is 'utf-8'",
     "scaleup.tasks.x_question_key__mutmut_3": "upper() instead of lower(): the same "
     "question keys compare equal (both sides normalised alike)",
+    "scaleup.tasks.x_question_key__mutmut_2": "words joined by 'XX XX' instead of ' ': "
+    "still one key per word list (the words hold no space), keys only compared",
+    "scaleup.tasks.x_parse_gsm8k_answer__mutmut_15": "str(Fraction(n, 1)) is already "
+    "str(n): the integer branch and the fraction branch give the same text",
     "scaleup.tasks.xǁDatasetTaskǁsample__mutmut_16": "replace=None is falsy: the same "
     "sampling without replacement",
     "torchref.loss.x_grpo_loss__mutmut_163": "SAPO's temperature at A = 0 (> vs >=): the "

@@ -362,3 +362,61 @@ def test_zero_weight_row_is_row_0_with_an_all_zero_mask():
                                                                 batch.prompt_ids[:1])
     assert row.mask.shape == batch.mask[:1].shape and not row.mask.any()
     assert batch.mask.any()
+
+
+# ---------------------------------------------------------------- scaleup.tasks' parsing
+def test_normalize_number_strips_a_trailing_full_stop_and_nothing_else():
+    from fractions import Fraction
+
+    from scaleup.tasks import normalize_number
+
+    assert normalize_number("3/4.") == Fraction(3, 4)  # the full stop of a sentence
+    assert normalize_number(" 12. ") == 12
+    assert normalize_number("12X") is None  # only "." is stripped, not other letters
+
+
+def test_parse_gsm8k_answer_writes_integers_plainly_and_other_values_as_fractions():
+    from scaleup.tasks import parse_gsm8k_answer
+
+    assert parse_gsm8k_answer("so 7 / 2\n#### 3.5") == "7/2"  # denominator 2: a fraction
+    assert parse_gsm8k_answer("#### 1,200") == "1200"
+    assert parse_gsm8k_answer("#### 12.0") == "12"
+
+
+def test_dataset_task_scores_with_its_fallback_setting():
+    from scaleup.tasks import DatasetTask
+
+    problem = Problem("What is 5 + 7?", "12")
+    unboxed = "5 + 7 makes 12"
+    assert DatasetTask((problem,), fallback_last_number=True).score(unboxed, problem) == 1
+    assert DatasetTask((problem,)).score(unboxed, problem) == 0
+    assert DatasetTask((problem,)).score("\\boxed{12}", problem) == 1
+
+
+def test_load_gsm8k_reads_utf8_whatever_the_locale(tmp_path):
+    """GSM8K has non-ASCII text (e.g. "€"); the file is read as UTF-8 even where the
+    locale's encoding is ASCII (a C locale without Python's UTF-8 mode)."""
+    import os
+    import subprocess
+    import sys
+
+    from scaleup.tasks import load_gsm8k
+
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"question": "A café sells tea at €3. Two cost?",
+                                "answer": "3 * 2 = 6\n#### 6"}, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    question = "A café sells tea at €3. Two cost?"
+    assert load_gsm8k(path)[0].prompt.startswith(question)
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+           "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": "utf-8",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    code = ("import locale, sys; from scaleup.tasks import load_gsm8k; "
+            "print(locale.getpreferredencoding(False)); "
+            "print(load_gsm8k(sys.argv[1])[0].prompt)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=env,
+                         capture_output=True, text=True, encoding="utf-8", timeout=120)
+    assert out.returncode == 0, out.stderr
+    encoding, prompt = out.stdout.splitlines()
+    assert encoding.lower() in ("ansi_x3.4-1968", "ascii", "us-ascii")  # the test's premise
+    assert prompt.startswith(question)
