@@ -24,6 +24,8 @@ EQUIVALENT: dict[str, str] = {
     "scaleup.tasks.x_load_gsm8k__mutmut_9": "encoding 'UTF-8' is 'utf-8'",
     "scaleup.tasks.x_question_key__mutmut_3": "upper() instead of lower(): the same "
     "question keys compare equal (both sides normalised alike)",
+    "jaxgrpo.advantages.x__gae__mutmut_23": "the value at a masked position (1 for 0) "
+    "never counts: it enters only times next_valid = 0, times w_t = 0, or where(valid)",
     "scaleup.tasks.x_question_key__mutmut_2": "words joined by 'XX XX' instead of ' ': "
     "still one key per word list (the words hold no space), keys only compared",
     "scaleup.tasks.x_parse_gsm8k_answer__mutmut_15": "str(Fraction(n, 1)) is already "

@@ -393,3 +393,27 @@ def test_entropy_bonus_is_minus_coef_times_mean_entropy(impl, coef):
     # float32 in JAX without x64: to 1e-6
     assert with_bonus - base == pytest.approx(-coef * (0.3 + 1.2 + 0.7 + 0.1 + 2.0) / 5,
                                               abs=1e-6)
+
+
+def test_estimator_advantages_rejects_an_unknown_estimator_by_name(impl):
+    import importlib
+
+    advantages = importlib.import_module(f"{impl.mod.__name__}.advantages")
+    rewards, mask = impl.array(np.zeros(4)), impl.array(np.ones((4, 3)))
+    lengths = impl.array(np.full(4, 3.0))
+    with pytest.raises(ValueError, match=r"^estimator must be one of grpo, dr_grpo, rloo, "
+                                         r"reinforce_pp, gae; got 'ppo'$"):
+        advantages.estimator_advantages("ppo", rewards, 2, mask, lengths)
+
+
+def test_check_overlong_names_the_buffer():
+    from grpospec.checks import check_overlong
+
+    with pytest.raises(ValueError, match=r"^overlong_buffer must be an int >= 1, got 0$"):
+        check_overlong(4, 0, 0.5)
+    with pytest.raises(TypeError, match=r"^overlong_buffer must be an int >= 1, got float"):
+        check_overlong(4, 1.5, 0.5)
+    with pytest.raises(ValueError, match=r"^overlong_buffer must be <= the maximum length "
+                                         r"\(4\), got 5$"):
+        check_overlong(4, 5, 0.5)
+    check_overlong(4, 4, 0.0)  # the buffer may be the whole length
