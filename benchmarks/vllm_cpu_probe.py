@@ -25,16 +25,10 @@ import torch
 
 
 def save(folder: Path, dtype: torch.dtype) -> Path:
-    from transformers import Qwen2ForCausalLM
+    """``bench_rollout``'s 0.5B model folder, made once per dtype."""
+    from bench_rollout import save_model  # this script's neighbour in benchmarks/
 
-    from scaleup.tiny import QWEN25_05B_SIZES, qwen2_config, tiny_tokenizer
-
-    if not (folder / "config.json").exists():
-        tok = tiny_tokenizer()
-        torch.manual_seed(0)
-        Qwen2ForCausalLM(qwen2_config(QWEN25_05B_SIZES, tok)).to(dtype).save_pretrained(folder)
-        tok.save_pretrained(folder)
-    return folder
+    return folder if (folder / "config.json").exists() else save_model(folder, "0.5b", dtype)
 
 
 def main() -> None:
@@ -49,15 +43,17 @@ def main() -> None:
     folder = save(Path(args.folder) / args.dtype, dtype)
     prompts = torch.randint(0, 256, (args.n, 32), generator=torch.Generator().manual_seed(0))
     if args.mode.startswith("hf"):
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import AutoModelForCausalLM
+
+        from scaleup.rollout import sampling_config
 
         torch.set_num_threads(int(args.mode[2:]))
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
 
-        def gen(k):
-            return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                    max_new_tokens=k, min_new_tokens=k, pad_token_id=0,
-                                    eos_token_id=None)
+        def gen(k):  # the scale-up's sampler settings, every completion forced to k tokens
+            config = sampling_config(k, [model.config.eos_token_id], model.config.pad_token_id)
+            config.min_new_tokens = k
+            return config
 
         with torch.no_grad():
             model.generate(input_ids=prompts[:2], attention_mask=torch.ones_like(prompts[:2]),

@@ -396,9 +396,9 @@ def test_entropy_bonus_is_minus_coef_times_mean_entropy(impl, coef):
 
 
 def test_estimator_advantages_rejects_an_unknown_estimator_by_name(impl):
-    import importlib
+    from importlib import import_module
 
-    advantages = importlib.import_module(f"{impl.mod.__name__}.advantages")
+    advantages = import_module(f"{impl.mod.__name__}.advantages")
     rewards, mask = impl.array(np.zeros(4)), impl.array(np.ones((4, 3)))
     lengths = impl.array(np.full(4, 3.0))
     with pytest.raises(ValueError, match=r"^estimator must be one of grpo, dr_grpo, rloo, "

@@ -402,11 +402,10 @@ def test_load_gsm8k_reads_utf8_whatever_the_locale(tmp_path):
 
     from scaleup.tasks import load_gsm8k
 
-    path = tmp_path / "train.jsonl"
-    path.write_text(json.dumps({"question": "A café sells tea at €3. Two cost?",
-                                "answer": "3 * 2 = 6\n#### 6"}, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
     question = "A café sells tea at €3. Two cost?"
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"question": question, "answer": "3 * 2 = 6\n#### 6"},
+                               ensure_ascii=False) + "\n", encoding="utf-8")
     assert load_gsm8k(path)[0].prompt.startswith(question)
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
            "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": "utf-8",
