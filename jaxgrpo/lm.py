@@ -3,7 +3,8 @@
 ``make_train(cfg)`` returns ``train(key)``: pretrain the base model (``_pretrain_step``
 under ``lax.scan``), then a ``lax.scan`` of ``_update_step`` (sample problems ->
 generate completions with a KV cache (``_decode_step`` under ``lax.scan``) -> reward ->
-advantages -> ``inner_epochs`` of ``_update_epoch``), all inside one ``jax.jit``;
+``inner_epochs`` optimizer steps, the first of which also gives ``logp_old`` and the
+advantages (``on_policy_lm_loss``), the rest ``_update_epoch``), all inside one ``jax.jit``;
 ``jax.jit(jax.vmap(train))(keys)`` trains many seeds at once. With a fixed
 ``cfg.base_seed`` the base model does not depend on the vmapped key, so ``vmap``
 pretrains it once for all seeds.
@@ -199,20 +200,62 @@ def training_signal(cfg: LMConfig, problems: Problems, completions: jax.Array
     return rewards, mask, loss_mask, correct, lengths
 
 
+class Rollouts(NamedTuple):
+    """What an update knows of its rollouts before any forward of the policy."""
+
+    rewards: jax.Array  # (N,) shaped rewards (``training_signal``)
+    mask: jax.Array  # (N, L) loss mask
+    lengths: jax.Array  # (N,) completion lengths
+    logp_ref: jax.Array  # (N, L) under the reference (base) policy
+
+
+def rollouts_of(ref_model: Qwen2, problems: Problems, completions: jax.Array, cfg: LMConfig
+                ) -> Rollouts:
+    """Reward the completions (``training_signal``) and take the reference log-probs."""
+    rewards, _, mask, _, lengths = training_signal(cfg, problems, completions)
+    logp_ref = jax.lax.stop_gradient(completion_logprobs(ref_model, problems.tokens,
+                                                         problems.mask, completions))
+    return Rollouts(rewards, mask, lengths, logp_ref)
+
+
+def update_inputs(cfg: LMConfig, rollouts: Rollouts, logp_old: jax.Array,
+                  values: jax.Array | None) -> UpdateInputs:
+    """The loss's constants from the sampling policy's log-probs (and, for GAE, values):
+    the advantages of ``cfg.estimator``."""
+    adv, returns = estimator_advantages(cfg.estimator, rollouts.rewards, cfg.group_size,
+                                        rollouts.mask, rollouts.lengths, values, cfg.gamma,
+                                        cfg.lam, cfg.scale_rewards)
+    return UpdateInputs(logp_old, rollouts.logp_ref, adv, returns, rollouts.mask)
+
+
 def prepare_update(model: Qwen2, ref_model: Qwen2, problems: Problems, completions: jax.Array,
                    cfg: LMConfig) -> UpdateInputs:
-    """Reward the completions (``training_signal``), take old and reference log-probs and
-    the advantages."""
-    rewards, _, mask, _, lengths = training_signal(cfg, problems, completions)
+    """Reward the completions, take old (a separate forward, no gradient) and reference
+    log-probs and the advantages. ``grpo_update`` gets the same values without the
+    separate forward (``on_policy_lm_loss``)."""
     hidden = jax.lax.stop_gradient(completion_hidden(model, problems.tokens, problems.mask,
                                                      completions))
     logp_old = selective_log_softmax(model.logits(hidden), completions)
     values = model.values(hidden) if cfg.estimator == "gae" else None
-    adv, returns = estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths,
-                                        values, cfg.gamma, cfg.lam, cfg.scale_rewards)
-    logp_ref = jax.lax.stop_gradient(completion_logprobs(ref_model, problems.tokens,
-                                                         problems.mask, completions))
-    return UpdateInputs(logp_old, logp_ref, adv, returns, mask)
+    return update_inputs(cfg, rollouts_of(ref_model, problems, completions, cfg), logp_old,
+                         values)
+
+
+def _forward(model: Qwen2, problems: Problems, completions: jax.Array):
+    hidden = completion_hidden(model, problems.tokens, problems.mask, completions)
+    logits = model.logits(hidden)
+    return hidden, logits, selective_log_softmax(logits, completions)
+
+
+def _objective(model: Qwen2, hidden: jax.Array, logits: jax.Array, logp_new: jax.Array,
+               inputs: UpdateInputs, cfg: LMConfig):
+    entropy = token_entropy(logits)
+    loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
+                     entropy=entropy, **cfg.loss_options())
+    if inputs.returns is not None:
+        loss = loss + cfg.vf_coef * value_loss(model.values(hidden), inputs.returns,
+                                               inputs.mask)
+    return loss, (logp_new, entropy)
 
 
 def lm_loss(model: Qwen2, problems: Problems, completions: jax.Array, inputs: UpdateInputs,
@@ -224,49 +267,62 @@ def lm_loss(model: Qwen2, problems: Problems, completions: jax.Array, inputs: Up
     0), plus
     ``vf_coef * value_loss`` for GAE. Same as ``torchref.lm.lm_loss``.
     """
-    hidden = completion_hidden(model, problems.tokens, problems.mask, completions)
-    logits = model.logits(hidden)
-    logp_new = selective_log_softmax(logits, completions)
-    entropy = token_entropy(logits)
-    loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
-                     entropy=entropy, **cfg.loss_options())
-    if inputs.returns is not None:
-        loss = loss + cfg.vf_coef * value_loss(model.values(hidden), inputs.returns,
-                                               inputs.mask)
-    return loss, (logp_new, entropy)
+    return _objective(model, *_forward(model, problems, completions), inputs, cfg)
+
+
+def on_policy_lm_loss(model: Qwen2, problems: Problems, completions: jax.Array,
+                      rollouts: Rollouts, cfg: LMConfig):
+    """``lm_loss`` of the first inner epoch, whose policy is the one that sampled: its
+    ``logp_old`` is the forward's own ``logp_new`` under ``stop_gradient`` (and GAE's
+    values its own values), so no separate forward is needed (TRL's shortcut; exact here,
+    as the model has no dropout: the same weights and tokens give the same log-probs).
+    Returns ``(loss, ((logp_new, entropy), inputs))``: ``inputs`` for the later epochs."""
+    hidden, logits, logp_new = _forward(model, problems, completions)
+    values = (jax.lax.stop_gradient(model.values(hidden)) if cfg.estimator == "gae"
+              else None)
+    inputs = update_inputs(cfg, rollouts, jax.lax.stop_gradient(logp_new), values)
+    loss, aux = _objective(model, hidden, logits, logp_new, inputs, cfg)
+    return loss, (aux, inputs)
 
 
 def grpo_update(model: Qwen2, optimizer: nnx.Optimizer, ref_model: Qwen2, problems: Problems,
                 completions: jax.Array, cfg: LMConfig) -> dict[str, jax.Array]:
     """One GRPO step on given rollouts, updating ``model``/``optimizer`` in place.
 
-    ``prepare_update``, then ``cfg.inner_epochs`` full-batch optimizer steps of
-    ``lm_loss`` (``_update_epoch`` under ``lax.scan``). Rows are laid out group by group.
-    Returns ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``), ``kl`` and
+    ``cfg.inner_epochs`` full-batch optimizer steps: the first of ``on_policy_lm_loss``
+    (which also yields the loss's constants: ``logp_old``, the advantages), the rest of
+    ``lm_loss`` (``_update_epoch`` under ``lax.scan``); the same values as
+    ``prepare_update`` followed by ``lm_loss`` each epoch. Rows are laid out group by
+    group. Returns ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``), ``kl`` and
     ``entropy`` of the last inner epoch, before its update. Same computation as
     ``torchref.lm.grpo_update``.
     """
-    inputs = prepare_update(model, ref_model, problems, completions, cfg)
-    graphdef, state = nnx.split((model, optimizer))
+    rollouts = rollouts_of(ref_model, problems, completions, cfg)
+    (loss, (aux, inputs)), grads = nnx.value_and_grad(on_policy_lm_loss, has_aux=True)(
+        model, problems, completions, rollouts, cfg)
+    optimizer.update(model, grads)
+    if cfg.inner_epochs > 1:
+        graphdef, state = nnx.split((model, optimizer))
 
-    def _update_epoch(state, _):
-        model, optimizer = nnx.merge(graphdef, state)
-        (loss, aux), grads = nnx.value_and_grad(lm_loss, has_aux=True)(
-            model, problems, completions, inputs, cfg)
-        optimizer.update(model, grads)
-        return nnx.state((model, optimizer)), (loss, aux)
+        def _update_epoch(state, _):
+            model, optimizer = nnx.merge(graphdef, state)
+            (loss, aux), grads = nnx.value_and_grad(lm_loss, has_aux=True)(
+                model, problems, completions, inputs, cfg)
+            optimizer.update(model, grads)
+            return nnx.state((model, optimizer)), (loss, aux)
 
-    state, (losses, (logp_new, entropy)) = jax.lax.scan(
-        _update_epoch, state, None, length=cfg.inner_epochs)
-    nnx.update((model, optimizer), state)
-    logp_new, entropy = logp_new[-1], entropy[-1]
+        state, (losses, auxs) = jax.lax.scan(_update_epoch, state, None,
+                                             length=cfg.inner_epochs - 1)
+        nnx.update((model, optimizer), state)
+        loss, aux = losses[-1], jax.tree.map(lambda x: x[-1], auxs)
+    logp_new, entropy = aux
     return {
         **clip_metrics(logp_new, inputs.logp_old, inputs.adv, inputs.mask, cfg.clip_eps,
                        cfg.clip_eps_high, cfg.importance_level, cfg.dual_clip),
         "kl": masked_mean(kl_estimate(logp_new, inputs.logp_ref, cfg.kl_estimator),
                           inputs.mask),
         "entropy": masked_mean(entropy, inputs.mask),
-        "loss": losses[-1],
+        "loss": loss,
     }
 
 

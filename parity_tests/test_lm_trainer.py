@@ -188,6 +188,59 @@ def test_one_grpo_update_is_the_same_in_jax_and_torch(name):
         np.testing.assert_allclose(float(j_roll[k]), float(t_roll[k]), atol=1e-5, err_msg=k)
 
 
+@pytest.mark.parametrize("name", ["grpo-token", "rloo-gspo-dualclip-entropy",
+                                  "gae-constant-near-2digits"])
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_first_epoch_takes_logp_old_from_its_own_forward_exactly(name, framework):
+    """``grpo_update``'s first inner epoch (``on_policy_lm_loss``: ``logp_old`` and GAE's
+    values are the training forward's own, detached) has the loss, gradient and constants
+    of the separate no-grad forward (``prepare_update``, then ``lm_loss``), within one
+    framework: the same ``logp_old``, reference log-probs, advantages and returns, the
+    same loss and gradient. (``grpo_loss`` and ``value_loss`` treat those as constants
+    whatever is passed, so detaching them in the shortcut is for clarity only.)"""
+    cfg = VARIANTS[name]
+    t_policy = _torch_policy(cfg, 7)
+    t_ref = _torch_policy(cfg, 8, like=t_policy, std=0.02).requires_grad_(False)
+    problems, completions = _rollouts(t_policy, cfg)
+    if framework == "torch":
+        separate = tlm.prepare_update(t_policy, t_ref, problems, completions, cfg)
+        loss, _ = tlm.lm_loss(t_policy, problems, completions, separate, cfg)
+        loss.backward()
+        want = {k: p.grad.clone() for k, p in t_policy.named_parameters()}
+        t_policy.zero_grad()
+        rollouts = tlm.rollouts_of(t_ref, problems, completions, cfg)
+        got_loss, (_, inputs) = tlm.on_policy_lm_loss(t_policy, problems, completions,
+                                                      rollouts, cfg)
+        got_loss.backward()
+        got = {k: p.grad for k, p in t_policy.named_parameters()}
+        loss, got_loss = float(loss.detach()), float(got_loss.detach())
+        want, got = ({k: v.numpy() for k, v in d.items()} for d in (want, got))
+        to_np = lambda x: x.numpy()  # noqa: E731
+    else:
+        j_policy, j_ref = _jax_copy(t_policy, cfg), _jax_copy(t_ref, cfg)
+        problems, completions = _jax_problems(problems), jnp.asarray(completions.numpy())
+        separate = lm.prepare_update(j_policy, j_ref, problems, completions, cfg)
+        loss, want = nnx.value_and_grad(lambda m: lm.lm_loss(
+            m, problems, completions, separate, cfg)[0])(j_policy)
+        rollouts = lm.rollouts_of(j_ref, problems, completions, cfg)
+        (got_loss, (_, inputs)), got = nnx.value_and_grad(lm.on_policy_lm_loss, has_aux=True)(
+            j_policy, problems, completions, rollouts, cfg)
+        loss, got_loss = float(loss), float(got_loss)
+        want, got = (_jax_grads_by_name(j_policy, g) for g in (want, got))
+        to_np = np.asarray
+    for field in separate._fields:
+        if getattr(separate, field) is None:
+            assert getattr(inputs, field) is None, field
+            continue
+        np.testing.assert_allclose(to_np(getattr(inputs, field)),
+                                   to_np(getattr(separate, field)), atol=1e-6, err_msg=field)
+    np.testing.assert_allclose(got_loss, loss, atol=1e-6)
+    assert set(got) == set(want)
+    assert max(float(np.abs(g).max()) for g in want.values()) > 1e-3  # a real gradient
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 def test_training_signal_penalises_long_and_masks_truncated_completions_by_hand():
     """DAPO's overlong penalty and ``mask_truncated`` on hand-made completions of length
     7 (buffer 3, penalty 0.5: lengths 4, 5, 6, 7 get 0, -1/6, -1/3, -1/2): the reward

@@ -4,7 +4,8 @@
 The same steps as the JAX program, written as plain loops: pretrain the base model on
 the noisy corpus, then per GRPO step sample problems, generate completions with the
 model's KV cache (``DynamicCache``) and the inverse-CDF sampler, reward them, compute
-advantages and run ``inner_epochs`` Adam steps of the same loss. Needs ``transformers``
+advantages (from the first inner epoch's forward, as the JAX program) and run
+``inner_epochs`` Adam steps of the same loss. Needs ``transformers``
 (the ``scaleup`` extra).
 """
 
@@ -241,27 +242,55 @@ def training_signal(cfg: LMConfig, problems: Problems, completions: torch.Tensor
     return rewards, mask, loss_mask, correct, lengths
 
 
+class Rollouts(NamedTuple):
+    """What an update knows of its rollouts before any forward of the policy."""
+
+    rewards: torch.Tensor  # (N,) shaped rewards (``training_signal``)
+    mask: torch.Tensor  # (N, L) loss mask
+    lengths: torch.Tensor  # (N,) completion lengths
+    logp_ref: torch.Tensor  # (N, L) under the reference (base) policy
+
+
+def rollouts_of(ref_policy: PolicyLM, problems: Problems, completions: torch.Tensor,
+                cfg: LMConfig) -> Rollouts:
+    """Reward the completions (``training_signal``) and take the reference log-probs."""
+    rewards, _, mask, _, lengths = training_signal(cfg, problems, completions)
+    with torch.no_grad():
+        logp_ref = completion_logprobs(ref_policy, problems.tokens, problems.mask, completions)
+    return Rollouts(rewards, mask, lengths, logp_ref)
+
+
+def update_inputs(cfg: LMConfig, rollouts: Rollouts, logp_old: torch.Tensor,
+                  values: torch.Tensor | None) -> UpdateInputs:
+    """The loss's constants from the sampling policy's (detached) log-probs and, for
+    GAE, values: the advantages of ``cfg.estimator``."""
+    adv, returns = estimator_advantages(cfg.estimator, rollouts.rewards, cfg.group_size,
+                                        rollouts.mask, rollouts.lengths, values, cfg.gamma,
+                                        cfg.lam, cfg.scale_rewards)
+    return UpdateInputs(logp_old, rollouts.logp_ref, adv, returns, rollouts.mask)
+
+
 def prepare_update(policy: PolicyLM, ref_policy: PolicyLM, problems: Problems,
                    completions: torch.Tensor, cfg: LMConfig) -> UpdateInputs:
-    """Reward the completions (``training_signal``), take old and reference log-probs and
-    the advantages."""
-    rewards, _, mask, _, lengths = training_signal(cfg, problems, completions)
+    """Reward the completions, take old (a separate no-grad forward) and reference
+    log-probs and the advantages. ``grpo_update`` gets the same values without the
+    separate forward (``on_policy_lm_loss``)."""
     with torch.no_grad():
         hidden = completion_hidden(policy, problems.tokens, problems.mask, completions)
         logp_old = selective_log_softmax(policy.logits(hidden), completions)
         values = policy.values(hidden) if cfg.estimator == "gae" else None
-        logp_ref = completion_logprobs(ref_policy, problems.tokens, problems.mask, completions)
-    adv, returns = estimator_advantages(cfg.estimator, rewards, cfg.group_size, mask, lengths,
-                                        values, cfg.gamma, cfg.lam, cfg.scale_rewards)
-    return UpdateInputs(logp_old, logp_ref, adv, returns, mask)
+    return update_inputs(cfg, rollouts_of(ref_policy, problems, completions, cfg), logp_old,
+                         values)
 
 
-def lm_loss(policy: PolicyLM, problems: Problems, completions: torch.Tensor,
-            inputs: UpdateInputs, cfg: LMConfig):
-    """The update's loss and ``(logp_new, token entropy)``; as ``jaxgrpo.lm.lm_loss``."""
+def _forward(policy: PolicyLM, problems: Problems, completions: torch.Tensor):
     hidden = completion_hidden(policy, problems.tokens, problems.mask, completions)
     logits = policy.logits(hidden)
-    logp_new = selective_log_softmax(logits, completions)
+    return hidden, logits, selective_log_softmax(logits, completions)
+
+
+def _objective(policy: PolicyLM, hidden, logits, logp_new, inputs: UpdateInputs,
+               cfg: LMConfig):
     entropy = token_entropy(logits)
     loss = grpo_loss(logp_new, inputs.logp_old, inputs.logp_ref, inputs.adv, inputs.mask,
                      entropy=entropy, **cfg.loss_options())
@@ -271,15 +300,41 @@ def lm_loss(policy: PolicyLM, problems: Problems, completions: torch.Tensor,
     return loss, (logp_new, entropy)
 
 
+def lm_loss(policy: PolicyLM, problems: Problems, completions: torch.Tensor,
+            inputs: UpdateInputs, cfg: LMConfig):
+    """The update's loss and ``(logp_new, token entropy)``; as ``jaxgrpo.lm.lm_loss``."""
+    return _objective(policy, *_forward(policy, problems, completions), inputs, cfg)
+
+
+def on_policy_lm_loss(policy: PolicyLM, problems: Problems, completions: torch.Tensor,
+                      rollouts: Rollouts, cfg: LMConfig):
+    """``lm_loss`` of the first inner epoch, whose policy is the one that sampled:
+    ``logp_old`` is the forward's own ``logp_new``, detached (and GAE's values its own),
+    so no separate forward is needed; as ``jaxgrpo.lm.on_policy_lm_loss``. Returns
+    ``(loss, ((logp_new, entropy), inputs))``: ``inputs`` for the later epochs."""
+    hidden, logits, logp_new = _forward(policy, problems, completions)
+    values = policy.values(hidden).detach() if cfg.estimator == "gae" else None
+    inputs = update_inputs(cfg, rollouts, logp_new.detach(), values)
+    loss, aux = _objective(policy, hidden, logits, logp_new, inputs, cfg)
+    return loss, (aux, inputs)
+
+
 def grpo_update(policy: PolicyLM, ref_policy: PolicyLM, optimizer: torch.optim.Optimizer,
                 problems: Problems, completions: torch.Tensor, cfg: LMConfig
                 ) -> dict[str, torch.Tensor]:
-    """One GRPO step on given rollouts: ``prepare_update``, then ``inner_epochs`` Adam
-    steps of ``lm_loss``. Returns ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``),
-    ``kl`` and ``entropy`` of the last inner epoch, before its update."""
-    inputs = prepare_update(policy, ref_policy, problems, completions, cfg)
+    """One GRPO step on given rollouts: ``inner_epochs`` Adam steps, the first of
+    ``on_policy_lm_loss`` (which yields ``logp_old`` and the advantages), the rest of
+    ``lm_loss`` (the same values as ``prepare_update``, then ``lm_loss`` each epoch).
+    Returns ``loss``, the ``clip_ratio/*`` shares (``clip_metrics``), ``kl`` and
+    ``entropy`` of the last inner epoch, before its update."""
+    rollouts = rollouts_of(ref_policy, problems, completions, cfg)
+    inputs = None
     for _ in range(cfg.inner_epochs):
-        loss, (logp_new, entropy) = lm_loss(policy, problems, completions, inputs, cfg)
+        if inputs is None:
+            loss, ((logp_new, entropy), inputs) = on_policy_lm_loss(
+                policy, problems, completions, rollouts, cfg)
+        else:
+            loss, (logp_new, entropy) = lm_loss(policy, problems, completions, inputs, cfg)
         optimizer.zero_grad()
         loss.backward()
         if cfg.max_grad_norm is not None:
