@@ -419,3 +419,47 @@ def test_load_gsm8k_reads_utf8_whatever_the_locale(tmp_path):
     encoding, prompt = out.stdout.splitlines()
     assert encoding.lower() in ("ansi_x3.4-1968", "ascii", "us-ascii")  # the test's premise
     assert prompt.startswith(question)
+
+
+def test_eval_rollout_vllm_override_decodes_with_the_sampler_given_the_checkpoint(
+        tiny_dir, tmp_path, monkeypatch):
+    """``grpo-scaleup eval --rollout vllm`` on a run trained with ``hf``: the override is
+    recorded, the sampler is made from the run's config with the evaluation's token
+    budget, given the model with the checkpoint's adapter loaded, asked for every batch
+    greedily (with the adapter, then without: the starting model), and closed. A
+    recording stand-in (``generate`` underneath) replaces the vLLM engine, which runs
+    in the vLLM venv's ``test_vllm.py``."""
+    import scaleup.train
+    from scaleup.train import train
+
+    made = []
+
+    class Closing(RecordingSampler):
+        def close(self):
+            self.calls.append("close")
+
+    def make(cfg, model, tokenizer, device):
+        made.append((cfg.rollout, cfg.max_new_tokens))
+        made.append(Closing(model))
+        return made[-1]
+
+    out = tmp_path / "run"
+    train(small_cfg(model=str(tiny_dir), output_dir=str(out), steps=1, save_every=1,
+                    max_new_tokens=2, seed=5), show_progress=False)
+    monkeypatch.setattr(scaleup.train, "make_sampler", make)
+    r = evaluate_run(out, n_problems=3, batch_size=2, n_samples=1, max_new_tokens=3,
+                     n_boot=20, rollout="vllm")
+    (rollout, max_new), sampler = made
+    assert (rollout, max_new, r["rollout"]) == ("vllm", 3, "vllm")
+    assert sampler.calls[0] == ("sync", True)
+    samples = [c for c in sampler.calls if c[0] == "sample"]
+    assert [(c[1], c[2], c[3], c[8], c[9]) for c in samples] == [
+        (2, 1, 3, True, True), (1, 1, 3, True, True), (2, 1, 3, True, False),
+        (1, 1, 3, True, False)]
+    assert sampler.calls[-1] == "close" and len(sampler.calls) == 6
+    assert json.loads((out / "eval.json").read_text())["rollout"] == "vllm"
+    assert evaluate_run(out, n_problems=3, batch_size=2, n_samples=1, max_new_tokens=3,
+                        n_boot=20)["rollout"] == "hf"  # without the override: the run's
+    assert len(made) == 2
+    with pytest.raises(ValueError, match="rollout"):  # the override is checked
+        evaluate_run(out, n_problems=3, batch_size=2, n_samples=1, rollout="vlm")
