@@ -75,9 +75,13 @@ EQUIVALENT: dict[str, str] = {
     "scaleup.step.x_peak_memory_gb__mutmut_5": "CUDA only: max_memory_allocated(None) is "
     "the current device's, the one a process trains on",
     "scaleup.step.x_grpo_step__mutmut_165": "float('NAN') is float('nan')",
-    "scaleup.evaluate.x_evaluate_run__mutmut_67": "the progress bar's label: display only",
-    "scaleup.evaluate.x_evaluate_run__mutmut_83": "the progress bar's dynamic_ncols: "
+    "scaleup.evaluate.x_evaluate_run__mutmut_67": "the progress bar's total: display only",
+    "scaleup.evaluate.x_evaluate_run__mutmut_66": "the progress bar's dynamic_ncols: "
     "display only",
+    "scaleup.evaluate.x_evaluate_run__mutmut_1": "show_progress's default: a progress bar "
+    "on stderr, display only",
+    "scaleup.evaluate.x_evaluate_run__mutmut_51": "make_sampler never reads its tokenizer "
+    "(the vLLM engine loads its own from cfg.model)",
     "scaleup.step.x_loss_backward__mutmut_157": "clip_metrics' dual_clip only adds "
     "pg_clipfrac_lower, which the scale-up does not log (CLIP_KEYS)",
     "scaleup.step.x_loss_backward__mutmut_236": "zip(strict=False) of the names and their "

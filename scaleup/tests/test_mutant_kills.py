@@ -439,7 +439,7 @@ def test_eval_rollout_vllm_override_decodes_with_the_sampler_given_the_checkpoin
             self.calls.append("close")
 
     def make(cfg, model, tokenizer, device):
-        made.append((cfg.rollout, cfg.max_new_tokens))
+        made.append((cfg.rollout, cfg.max_new_tokens, device))
         made.append(Closing(model))
         return made[-1]
 
@@ -449,8 +449,8 @@ def test_eval_rollout_vllm_override_decodes_with_the_sampler_given_the_checkpoin
     monkeypatch.setattr(scaleup.train, "make_sampler", make)
     r = evaluate_run(out, n_problems=3, batch_size=2, n_samples=1, max_new_tokens=3,
                      n_boot=20, rollout="vllm")
-    (rollout, max_new), sampler = made
-    assert (rollout, max_new, r["rollout"]) == ("vllm", 3, "vllm")
+    (rollout, max_new, device), sampler = made
+    assert (rollout, max_new, device, r["rollout"]) == ("vllm", 3, CPU, "vllm")
     assert sampler.calls[0] == ("sync", True)
     samples = [c for c in sampler.calls if c[0] == "sample"]
     assert [(c[1], c[2], c[3], c[8], c[9]) for c in samples] == [
