@@ -2,6 +2,7 @@
 
     .venv/bin/mutmut run                      # all mutants (README, "Mutation testing")
     .venv/bin/python -m mutation.report       # the table, then the surviving mutants
+    .venv/bin/python -m mutation.report --check-equivalent   # EQUIVALENT's names still right
 
 Per module: the mutants mutmut made, how many the suite killed (a failing test, or a
 timeout: a mutant that makes the suite hang is caught), how many survived, how many no
@@ -16,112 +17,189 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
-#: Mutants that cannot change any result, each with the reason (checked by reading the
-#: diff: ``mutmut show NAME``). A name here that mutmut no longer makes is reported.
-EQUIVALENT: dict[str, str] = {
-    "scaleup.tasks.x_load_gsm8k__mutmut_9": "encoding 'UTF-8' is 'utf-8'",
-    "scaleup.tasks.x_question_key__mutmut_3": "upper() instead of lower(): the same "
-    "question keys compare equal (both sides normalised alike)",
-    "jaxgrpo.advantages.x__gae__mutmut_23": "the value at a masked position (1 for 0) "
-    "never counts: it enters only times next_valid = 0, times w_t = 0, or where(valid)",
-    "scaleup.tasks.x_question_key__mutmut_2": "words joined by 'XX XX' instead of ' ': "
-    "still one key per word list (the words hold no space), keys only compared",
-    "scaleup.tasks.x_parse_gsm8k_answer__mutmut_15": "str(Fraction(n, 1)) is already "
-    "str(n): the integer branch and the fraction branch give the same text",
-    "scaleup.tasks.xǁDatasetTaskǁsample__mutmut_16": "replace=None is falsy: the same "
-    "sampling without replacement",
-    "torchref.loss.x_grpo_loss__mutmut_163": "SAPO's temperature at A = 0 (> vs >=): the "
-    "term is multiplied by A = 0, value and gradient",
-    "jaxgrpo.loss.x__grpo_loss__mutmut_146": "the fill value of masked positions of the "
-    "TIS gap: they are masked again before use",
-    # torch's type promotion: the cast is exact (an upcast or a bool mask) and the next op
-    # promotes to the same dtype, so every value is the same
-    "torchref.loss.x_grpo_loss__mutmut_68": "a float32 0-dim zero in torch.where with a "
-    "dimensioned tensor takes that tensor's dtype (0-dim tensors do not promote)",
-    "torchref.loss.x_grpo_loss__mutmut_198": "the top-entropy mask stays bool; multiplying "
-    "by a bool mask promotes to the other operand's dtype: the same values",
-    "torchref.loss.x_grpo_loss__mutmut_257": "logp_ref kept in its dtype: the next "
-    "subtraction promotes it exactly (an upcast), the same values",
-    "torchref.loss.x_sequence_log_ratio__mutmut_2": "the validity weights stay bool; the "
-    "product promotes to log_ratio's dtype, the same values",
-    "torchref.bandit.x_reinforce_gradient__mutmut_55": "one_hot's int64 minus float pi "
-    "promotes to pi's dtype: the same score",
-    "jaxgrpo.bandit.x_reinforce_gradients__mutmut_59": "a Python float baseline without a "
-    "dtype is weakly typed and takes theta's dtype",
-    "jaxgrpo.counting.x_load_torch_state_dict__mutmut_23": "np.array copies by default "
-    "(copy=True is its default)",
-    "jaxgrpo.counting.x_counting_reward__mutmut_18": "the mean of a bool array is the "
-    "default float dtype, float32 (the counting trainer does not run under x64)",
-    "jaxgrpo.counting.x_task_reward__mutmut_62": "jnp.ones' default dtype is float32 (the "
-    "counting trainer does not run under x64)",
-    "jaxgrpo.counting.x_select_groups__mutmut_18": "XLA's CPU sort of a 0/1 key is stable "
-    "with stable=False too (checked: test_select_groups_and_group_rows_by_hand passes)",
-    "jaxgrpo.counting.x_make_trainer__mutmut_29": "the key of eval_shape: only the shapes "
-    "of the built state are used",
-    "jaxgrpo.counting.x_make_trainer__mutmut_117": "kept is read only with dynamic "
-    "sampling (rollout_metrics adds ds_* only then)",
-    "torchref.counting.x_counting_reward__mutmut_7": "arange's device: the CPU either way "
-    "(the counting task runs on the CPU)",
-    "torchref.counting.x__advantages__mutmut_1": "values is read only by estimator='gae', "
-    "which sets it",
-    "torchref.counting.x_rollout_stats__mutmut_40": "all correct: sum(0) / sum(0) is NaN, "
-    "the value the guard returns",
-    "torchref.counting.x_train_counting__mutmut_10": "fork_rng(devices=None) forks the "
-    "CUDA devices too: none on the CPU, the same CPU generator state",
-    "scaleup.step.x_rewards_of__mutmut_8": "zip(strict=None): texts and problems come "
-    "from one Rollouts and always have the same length",
-    "scaleup.step.x_peak_memory_gb__mutmut_5": "CUDA only: max_memory_allocated(None) is "
-    "the current device's, the one a process trains on",
-    "scaleup.step.x_grpo_step__mutmut_165": "float('NAN') is float('nan')",
-    "scaleup.evaluate.x_evaluate_run__mutmut_67": "the progress bar's total: display only",
-    "scaleup.evaluate.x_evaluate_run__mutmut_66": "the progress bar's dynamic_ncols: "
-    "display only",
-    "scaleup.evaluate.x_evaluate_run__mutmut_1": "show_progress's default: a progress bar "
-    "on stderr, display only",
-    "scaleup.evaluate.x_evaluate_run__mutmut_51": "make_sampler never reads its tokenizer "
-    "(the vLLM engine loads its own from cfg.model)",
-    "scaleup.step.x_loss_backward__mutmut_157": "clip_metrics' dual_clip only adds "
-    "pg_clipfrac_lower, which the scale-up does not log (CLIP_KEYS)",
-    "scaleup.step.x_loss_backward__mutmut_236": "zip(strict=False) of the names and their "
-    "all-reduced values: two lists of one length",
-    "scaleup.rollout.x_sampling_config__mutmut_43": "eta_cutoff None or 0.0: transformers "
-    "adds no eta warper either way (test_generate_samples_from_the_policy_itself checks "
-    "that the processed scores are the raw logits)",
-    "scaleup.rollout.x_sampling_config__mutmut_49": "typical_p left at its default, 1.0: "
-    "no typical warper, the same raw logits",
-    "scaleup.rollout.x_sampling_config__mutmut_56": "top_p 2.0 or 1.0: transformers adds "
-    "a top-p warper only below 1, the same raw logits",
-    "scaleup.rollout.x_sample_rollouts__mutmut_52": "CUDA only, and timing only: the "
-    "synchronize before the clock starts",
-    "scaleup.step.x__update__mutmut_84": "the zero_grad after the last optimizer step "
-    "zeroes the gradients instead of freeing them; the next update frees them first: "
-    "memory only",
-    "jaxgrpo.counting.x_steps_runner__mutmut_10": "jnp.arange's default integer is int32 "
-    "without x64 (how the trainers run); under x64 the step numbers are the same values "
-    "in int64",
-    "jaxgrpo.loss.x_clip_metrics__mutmut_52": "beta 1.0 instead of 0.0 in the argument "
-    "check of clip_metrics: both are valid and beta is only range-checked there",
-    "jaxgrpo.loss.x__grpo_loss__mutmut_118": "the entropies only select the top quantile "
-    "of themselves; astype(None) is the default float, the loss dtype except float32 "
-    "log-probs under x64, where the same entropies are compared in float64",
-    "scaleup.evaluate.x_paired_bootstrap__mutmut_5": "a's scores kept in their dtype: "
-    "a - b with the float b promotes them exactly (0/1 scores)",
-    "scaleup.evaluate.x_paired_bootstrap__mutmut_26": "numpy's integers(high, size) draws "
-    "from [0, high), the same as integers(0, high, size), draw for draw",
-    "scaleup.evaluate.x_evaluate_run__mutmut_71": "the progress bar's dynamic_ncols: "
-    "display only",
-    "scaleup.evaluate.x_evaluate_run__mutmut_183": "eval.json's indentation: the same "
-    "JSON content",
-    "scaleup.distributed.x__rank_device__mutmut_12": "'cpu' no longer kept at once falls "
-    "through every other case to the final return 'cpu'",
-    "scaleup.distributed.x__rank_device__mutmut_13": "'cpu' no longer kept at once falls "
-    "through every other case to the final return 'cpu'",
-    "scaleup.distributed.xǁLogprobModuleǁforward__mutmut_1": "the default of entropy_grad "
-    "is never used: the one caller (scaleup.step's micro-batch forward) passes it",
-    "scaleup.step.x_zero_weight_row__mutmut_2": "rows(None, 1) slices [None:1], the same "
-    "as [0:1]",
+#: Mutants that cannot change any result: ``name: (the lines it changes, the reason)``
+#: (checked by reading the diff: ``mutmut show NAME``). The lines are those of
+#: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
+#: of its function, now gives to another mutant (or no longer makes).
+EQUIVALENT: dict[str, tuple[str, str]] = {
+    'scaleup.tasks.x_load_gsm8k__mutmut_9': (
+        'with path.open(encoding="UTF-8") as f:',
+        "encoding 'UTF-8' is 'utf-8'"),
+    'scaleup.tasks.x_question_key__mutmut_3': (
+        'return " ".join(prompt.upper().split())',
+        'upper() instead of lower(): the same question keys compare equal (both sides '
+        'normalised alike)'),
+    'jaxgrpo.advantages.x__gae__mutmut_23': (
+        'v = jnp.where(valid, jax.lax.stop_gradient(values), 1)',
+        'the value at a masked position (1 for 0) never counts: it enters only times '
+        'next_valid = 0, times w_t = 0, or where(valid)'),
+    'scaleup.tasks.x_question_key__mutmut_2': (
+        'return "XX XX".join(prompt.lower().split())',
+        "words joined by 'XX XX' instead of ' ': still one key per word list (the words hold "
+        'no space), keys only compared'),
+    'scaleup.tasks.x_parse_gsm8k_answer__mutmut_15': (
+        'return str(value.numerator) if (value.denominator == 1) and False else str(value)',
+        'str(Fraction(n, 1)) is already str(n): the integer branch and the fraction branch '
+        'give the same text'),
+    'scaleup.tasks.xǁDatasetTaskǁsample__mutmut_16': (
+        'idx = _rng(seed, stream, step).choice(len(self.problems), size=n, replace=None)',
+        'replace=None is falsy: the same sampling without replacement'),
+    'torchref.loss.x_grpo_loss__mutmut_163': (
+        'tau = torch.where(a >= 0, torch.as_tensor(sapo_temperature_pos, dtype=a.dtype),',
+        "SAPO's temperature at A = 0 (> vs >=): the term is multiplied by A = 0, value and "
+        'gradient'),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_146': (
+        'gap = jax.lax.stop_gradient(jnp.where(valid, logp_old, 1).astype(dtype)',
+        'the fill value of masked positions of the TIS gap: they are masked again before use'),
+    'torchref.loss.x_grpo_loss__mutmut_68': (
+        'zero = torch.zeros((), dtype=None, device=logp_new.device)',
+        "a float32 0-dim zero in torch.where with a dimensioned tensor takes that tensor's "
+        'dtype (0-dim tensors do not promote)'),
+    'torchref.loss.x_grpo_loss__mutmut_198': (
+        'keep = high_entropy_mask(ent, valid, top_entropy_quantile).to(None)',
+        'the top-entropy mask stays bool; multiplying by a bool mask promotes to the other '
+        "operand's dtype: the same values"),
+    'torchref.loss.x_grpo_loss__mutmut_257': (
+        'ref = torch.where(valid, logp_ref.detach().to(None), zero)',
+        'logp_ref kept in its dtype: the next subtraction promotes it exactly (an upcast), '
+        'the same values'),
+    'torchref.loss.x_sequence_log_ratio__mutmut_2': (
+        'w = valid.to(None)',
+        "the validity weights stay bool; the product promotes to log_ratio's dtype, the same "
+        'values'),
+    'torchref.bandit.x_reinforce_gradient__mutmut_55': (
+        'score = torch.nn.functional.one_hot(actions, theta.shape[0]).to(None) - pi  # (n, K)',
+        "one_hot's int64 minus float pi promotes to pi's dtype: the same score"),
+    'jaxgrpo.bandit.x_reinforce_gradients__mutmut_59': (
+        'return _reinforce_many(theta, rewards, n, jnp.asarray(baseline, ), keys)',
+        "a Python float baseline without a dtype is weakly typed and takes theta's dtype"),
+    'jaxgrpo.counting.x_load_torch_state_dict__mutmut_23': (
+        "value = np.array(value, )  # never alias torch's memory (CPU zero-copy)",
+        'np.array copies by default (copy=True is its default)'),
+    'jaxgrpo.counting.x_counting_reward__mutmut_18': (
+        'return jnp.mean(completions == target, axis=1, )',
+        'the mean of a bool array is the default float dtype, float32 (the counting trainer '
+        'does not run under x64)'),
+    'jaxgrpo.counting.x_task_reward__mutmut_62': (
+        'return rewards, jnp.ones((n, length), ), correct, jnp.full((n,), length)',
+        "jnp.ones' default dtype is float32 (the counting trainer does not run under x64)"),
+    'jaxgrpo.counting.x_select_groups__mutmut_18': (
+        'return jnp.argsort(zero_var.astype(jnp.int32), stable=False)[:n_keep]',
+        "XLA's CPU sort of a 0/1 key is stable with stable=False too (checked: "
+        'test_select_groups_and_group_rows_by_hand passes)'),
+    'jaxgrpo.counting.x_make_trainer__mutmut_29': (
+        'abstract = nnx.eval_shape(lambda: _build(jax.random.key(1)))',
+        'the key of eval_shape: only the shapes of the built state are used'),
+    'jaxgrpo.counting.x_make_trainer__mutmut_117': (
+        'kept = None',
+        'kept is read only with dynamic sampling (rollout_metrics adds ds_* only then)'),
+    'torchref.counting.x_counting_reward__mutmut_7': (
+        'steps = torch.arange(1, completions.shape[1] + 1, )',
+        "arange's device: the CPU either way (the counting task runs on the CPU)"),
+    'torchref.counting.x__advantages__mutmut_1': (
+        'values = ""',
+        "values is read only by estimator='gae', which sets it"),
+    'torchref.counting.x_rollout_stats__mutmut_40': (
+        '"len_incorrect": (lengths * (1 - c)).sum() / (1 - c).sum() if (c.sum() < len(c)) or '
+        'True else nan,',
+        'all correct: sum(0) / sum(0) is NaN, the value the guard returns'),
+    'torchref.counting.x_train_counting__mutmut_10': (
+        'with torch.random.fork_rng(devices=None):',
+        'fork_rng(devices=None) forks the CUDA devices too: none on the CPU, the same CPU '
+        'generator state'),
+    'scaleup.step.x_rewards_of__mutmut_8': (
+        'r = [task.score(t, p) for t, p in zip(rollouts.texts, rollouts.problems, '
+        'strict=None)]',
+        'zip(strict=None): texts and problems come from one Rollouts and always have the same '
+        'length'),
+    'scaleup.step.x_peak_memory_gb__mutmut_5': (
+        'return torch.cuda.max_memory_allocated(None) / 1e9',
+        "CUDA only: max_memory_allocated(None) is the current device's, the one a process "
+        'trains on'),
+    'scaleup.step.x_grpo_step__mutmut_165': (
+        '*MISMATCH_KEYS), float("NAN"))',
+        "float('NAN') is float('nan')"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_67': (
+        'with tqdm(desc="eval", unit="problem",',
+        "the progress bar's total: display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_66': (
+        'disable=not show_progress, dynamic_ncols=None) as bar:',
+        "the progress bar's dynamic_ncols: display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_1': (
+        'allow_overlap: bool | None = None, show_progress: bool = True,',
+        "show_progress's default: a progress bar on stderr, display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_51': (
+        'None, dev)',
+        'make_sampler never reads its tokenizer (the vLLM engine loads its own from cfg.model)'),
+    'scaleup.step.x_loss_backward__mutmut_157': (
+        'cfg.clip_eps_high, cfg.importance_level, None)',
+        "clip_metrics' dual_clip only adds pg_clipfrac_lower, which the scale-up does not log "
+        '(CLIP_KEYS)'),
+    'scaleup.step.x_loss_backward__mutmut_236': (
+        'strict=False))',
+        'zip(strict=False) of the names and their all-reduced values: two lists of one length'),
+    'scaleup.rollout.x_sampling_config__mutmut_43': (
+        'typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=None, **common)',
+        'eta_cutoff None or 0.0: transformers adds no eta warper either way '
+        '(test_generate_samples_from_the_policy_itself checks that the processed scores are '
+        'the raw logits)'),
+    'scaleup.rollout.x_sampling_config__mutmut_49': (
+        'epsilon_cutoff=0.0, eta_cutoff=0.0, **common)',
+        'typical_p left at its default, 1.0: no typical warper, the same raw logits'),
+    'scaleup.rollout.x_sampling_config__mutmut_56': (
+        'return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=2.0, '
+        'min_p=0.0,',
+        'top_p 2.0 or 1.0: transformers adds a top-p warper only below 1, the same raw logits'),
+    'scaleup.rollout.x_sample_rollouts__mutmut_52': (
+        'if device.type == "XXcudaXX":',
+        'CUDA only, and timing only: the synchronize before the clock starts'),
+    'scaleup.step.x__update__mutmut_84': (
+        'optimizer.zero_grad(set_to_none=None)',
+        'the zero_grad after the last optimizer step zeroes the gradients instead of freeing '
+        'them; the next update frees them first: memory only'),
+    'jaxgrpo.counting.x_steps_runner__mutmut_10': (
+        'steps = jnp.asarray(start_step, jnp.int32) + jnp.arange(n_steps, )',
+        "jnp.arange's default integer is int32 without x64 (how the trainers run); under x64 "
+        'the step numbers are the same values in int64'),
+    'jaxgrpo.loss.x_clip_metrics__mutmut_52': (
+        'clip_eps, 1.0, "token", clip_eps_high, dual_clip, importance_level)',
+        'beta 1.0 instead of 0.0 in the argument check of clip_metrics: both are valid and '
+        'beta is only range-checked there'),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_118': (
+        'ent = jax.lax.stop_gradient(jnp.where(valid, entropy, 0).astype(None))',
+        'the entropies only select the top quantile of themselves; astype(None) is the '
+        'default float, the loss dtype except float32 log-probs under x64, where the same '
+        'entropies are compared in float64'),
+    'scaleup.evaluate.x_paired_bootstrap__mutmut_5': (
+        'a, b = np.asarray(a, dtype=None), np.asarray(b, dtype=float)',
+        "a's scores kept in their dtype: a - b with the float b promotes them exactly (0/1 "
+        'scores)'),
+    'scaleup.evaluate.x_paired_bootstrap__mutmut_26': (
+        'idx = np.random.default_rng(seed).integers(d.size, size=(n_boot, d.size))',
+        "numpy's integers(high, size) draws from [0, high), the same as integers(0, high, "
+        'size), draw for draw'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_71': (
+        'disable=not show_progress, ) as bar:',
+        "the progress bar's dynamic_ncols: display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_183': (
+        'write_atomic(out / "eval.json", json.dumps(result, ) + "\\n")',
+        "eval.json's indentation: the same JSON content"),
+    'scaleup.distributed.x__rank_device__mutmut_12': (
+        'if device == "XXcpuXX" or device.startswith("cuda:"):',
+        "'cpu' no longer kept at once falls through every other case to the final return 'cpu'"),
+    'scaleup.distributed.x__rank_device__mutmut_13': (
+        'if device == "CPU" or device.startswith("cuda:"):',
+        "'cpu' no longer kept at once falls through every other case to the final return 'cpu'"),
+    'scaleup.distributed.xǁLogprobModuleǁforward__mutmut_1': (
+        'with_entropy, entropy_grad=True):',
+        "the default of entropy_grad is never used: the one caller (scaleup.step's "
+        'micro-batch forward) passes it'),
+    'scaleup.step.x_zero_weight_row__mutmut_2': (
+        'row = batch.rows(None, 1)',
+        'rows(None, 1) slices [None:1], the same as [0:1]'),
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout
@@ -151,6 +229,60 @@ def _function(module: str, mutant: str) -> str:
     ``m.xǁClassǁmethod__mutmut_3`` -> ``method``."""
     name = mutant[len(module) + 1:].rsplit("__mutmut_", 1)[0]
     return name.split("ǁ")[-1] if "ǁ" in name else name.removeprefix("x_")
+
+
+def mutated_lines(names: Iterable[str], source: Path = Path(".")) -> dict[str, str | None]:
+    """``{mutant name: the lines it changes, as mutmut makes it today}``: the ``+`` lines
+    of ``mutmut show NAME``, stripped and joined by ``" / "`` (``None``: mutmut makes no
+    such mutant of today's ``source`` tree). mutmut numbers a function's mutants in
+    order, so an edit of a function renumbers them: this is how a name of
+    ``EQUIVALENT`` is checked to still be the mutant whose reason it gives. Needs mutmut
+    (the ``mutation`` extra); only the functions named are mutated (their numbering
+    depends on nothing else), in memory, in seconds."""
+    import ast
+    from difflib import unified_diff
+
+    import libcst as cst
+    from mutmut.mutation.diff_apply import read_mutant_function, read_original_function
+    from mutmut.mutation.file_mutation import mutate_file_contents
+
+    by_module: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        by_module[name.split(".x", 1)[0]].append(name)
+    out: dict[str, str | None] = {}
+    for module, wanted in by_module.items():
+        path = source / (module.replace(".", "/") + ".py")
+        text = path.read_text() if path.is_file() else ""
+        tops = {n.split(".x", 1)[1].split("__mutmut_")[0] for n in wanted}  # _f or ǁCǁf
+        keep = {t.split("ǁ")[1] if t.startswith("ǁ") else t.removeprefix("_") for t in tops}
+        lines = text.splitlines(keepends=True)
+        parts = [
+            "".join(lines[min([n.lineno, *(d.lineno for d in n.decorator_list)]) - 1:
+                          n.end_lineno])
+            for n in (ast.parse(text).body if text else [])
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and n.name in keep]
+        mutated = cst.parse_module(mutate_file_contents(str(path), "\n".join(parts)).code)
+        for name in wanted:
+            try:
+                orig, mutant = (cst.Module([f]).code.strip().split("\n") for f in (
+                    read_original_function(mutated, name), read_mutant_function(mutated, name)))
+            except FileNotFoundError:
+                out[name] = None
+                continue
+            out[name] = " / ".join(
+                line[1:].strip() for line in unified_diff(orig, mutant, lineterm="")
+                if line.startswith("+") and not line.startswith("+++"))
+    return out
+
+
+def stale_equivalents(source: Path = Path(".")) -> list[str]:
+    """The names of ``EQUIVALENT`` whose mutant today is not the one its reason is about
+    (its changed lines differ from those recorded), each with what it is now."""
+    now = mutated_lines(EQUIVALENT, source)
+    return [f"{name}: recorded {EQUIVALENT[name][0]!r}, now "
+            + (repr(now[name]) if now[name] is not None else "not made by mutmut")
+            for name in EQUIVALENT if now[name] != EQUIVALENT[name][0]]
 
 
 def table(results: dict[str, dict[str, int | None]]) -> tuple[str, list[str]]:
@@ -191,7 +323,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"),
                         help="mutmut's folder (default: mutants)")
+    parser.add_argument("--check-equivalent", action="store_true",
+                        help="only check that each name of EQUIVALENT is still the mutant "
+                        "whose changed lines it records (exit 1 if not); needs no mutmut run")
     args = parser.parse_args(argv)
+    if args.check_equivalent:
+        stale = stale_equivalents()
+        for line in stale:
+            print(f"stale: {line}")
+        print(f"{len(EQUIVALENT) - len(stale)} of {len(EQUIVALENT)} named equivalents are "
+              "the mutants they record")
+        raise SystemExit(1 if stale else 0)
     if not args.mutants.is_dir():
         raise SystemExit(f"error: --mutants {args.mutants} is not a folder: run "
                          "`.venv/bin/mutmut run` first")
