@@ -248,13 +248,12 @@ def mutated_lines(names: Iterable[str], source: Path = Path(".")) -> dict[str, s
 
     by_module: dict[str, list[str]] = defaultdict(list)
     for name in names:
-        by_module[name.split(".x", 1)[0]].append(name)
+        by_module[name.rsplit(".", 1)[0]].append(name)  # module.x_f__mutmut_N
     out: dict[str, str | None] = {}
     for module, wanted in by_module.items():
         path = source / (module.replace(".", "/") + ".py")
         text = path.read_text() if path.is_file() else ""
-        tops = {n.split(".x", 1)[1].split("__mutmut_")[0] for n in wanted}  # _f or ǁCǁf
-        keep = {t.split("ǁ")[1] if t.startswith("ǁ") else t.removeprefix("_") for t in tops}
+        keep = {_function(module, n) if "ǁ" not in n else n.split("ǁ")[1] for n in wanted}
         lines = text.splitlines(keepends=True)
         parts = [
             "".join(lines[min([n.lineno, *(d.lineno for d in n.decorator_list)]) - 1:
