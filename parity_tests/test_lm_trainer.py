@@ -7,11 +7,12 @@ that most groups carry signal), then reward, advantages, old/reference log-probs
 loss and its gradient, and ``inner_epochs`` Adam steps. Float32 throughout; tolerances:
 log-probs, advantages, loss and metrics within 1e-5 (metrics also 1e-5 relative, the
 k3 KL 1e-4);
-gradients within 1e-5 + 1e-4 x their size; parameters after the update within 3e-5 (a
-few thousandths of an Adam step) wherever the gradient exceeds 1e-6, over 98% of the
-entries. Elsewhere Adam's first step ``lr g / (|g| + 1e-8)`` turns float32 rounding of a
-gradient near 1e-8 into a change of up to ``lr``, so those entries are only bounded (by
-``inner_epochs * lr``).
+gradients within 1e-5 + 1e-4 x their size; parameters after the update within
+``3e-5 + 2 E^1.5 lr delta / |g|`` (E inner epochs, delta the float32 distance measured
+between the two gradients of that tensor, g the entry's gradient): Adam's step
+``m / sqrt(v)`` is scale-free, so a gradient entry near its rounding level turns that
+rounding into a large share of a step. The tolerance is below 1e-4 (a hundredth of an
+Adam step at lr 0.01) over 97% of the entries, and nowhere above the bound ``E * lr``.
 """
 
 from __future__ import annotations
@@ -159,17 +160,23 @@ def test_one_grpo_update_is_the_same_in_jax_and_torch(name):
     t_metrics = tlm.grpo_update(t_policy, t_ref, t_opt, problems, completions, cfg)
     j_metrics = lm.grpo_update(j_policy, j_opt, j_ref, j_problems, j_completions, cfg)
     after = hf_state_dict(j_policy)
-    n_checked = n_all = 0
+    epochs, lr = cfg.inner_epochs, cfg.learning_rate
+    n_tight = n_all = 0
     for k, v in t_policy.flat_state_dict().items():
         assert not torch.equal(v, before[k]), k  # the update moved every parameter
         diff = np.abs(after[k].numpy() - v.numpy())
-        # Adam's step is lr * g / (|g| + 1e-8) at first: where |g| is near 1e-8 it turns
-        # float32 rounding of g into an lr-sized change, so those entries are only bounded
-        steady = np.abs(t_grads.get(k, t_grads["model.embed_tokens.weight"])) > 1e-6
-        assert np.all(diff[steady] < 3e-5), (k, diff[steady].max())
-        assert np.all(diff <= cfg.inner_epochs * cfg.learning_rate * 1.01), k
-        n_checked, n_all = n_checked + steady.sum(), n_all + diff.size
-    assert n_checked > 0.98 * n_all
+        g_name = k if k in t_grads else "model.embed_tokens.weight"  # the tied lm_head
+        g = np.abs(t_grads[g_name])
+        # float32 rounding leaves the two gradients an absolute delta apart (measured above);
+        # Adam's step m/sqrt(v) moves by at most 2 delta sqrt(t) / |g_1| at step t, so the
+        # epochs' steps differ by up to 2 epochs^1.5 lr delta / |g|: tight where |g| >> delta,
+        # and only the bound epochs * lr where |g| is near the rounding level
+        delta = float(np.abs(j_grads[g_name] - t_grads[g_name]).max())
+        tol = 3e-5 + 2 * epochs**1.5 * lr * delta / np.maximum(g, 1e-30)
+        bad = diff > np.minimum(tol, epochs * lr * 1.01)
+        assert not bad.any(), (k, diff[bad], g[bad], delta)
+        n_tight, n_all = n_tight + (tol < 1e-4).sum(), n_all + diff.size
+    assert n_tight > 0.97 * n_all  # nearly every entry is held within 1e-4
     assert set(j_metrics) == set(t_metrics)
     for k in t_metrics:
         # k3 = exp(d) - d - 1 turns a 1e-6 error of d into 1e-6 |d| relative: 1e-4 for kl
