@@ -54,6 +54,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'jaxgrpo.loss.x__grpo_loss__mutmut_146': (
         'gap = jax.lax.stop_gradient(jnp.where(valid, logp_old, 1).astype(dtype)',
         'the fill value of masked positions of the TIS gap: they are masked again before use'),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_14': (
+        'new = jnp.where(valid, logp_new, 1)',
+        "the fill value of masked positions of logp_new (1 for 0, both finite): it reaches "
+        "only per-token terms the final where(valid) zeroes, value and gradient"),
     'torchref.loss.x_grpo_loss__mutmut_68': (
         'zero = torch.zeros((), dtype=None, device=logp_new.device)',
         "a float32 0-dim zero in torch.where with a dimensioned tensor takes that tensor's "

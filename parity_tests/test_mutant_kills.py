@@ -344,6 +344,36 @@ def test_jax_loss_of_float32_inputs_stays_float32_under_x64():
         assert loss.dtype == jnp.float32
 
 
+def test_jax_clip_metrics_of_float32_inputs_stay_float32_under_x64():
+    """The shares are measured in the log-probs' dtype (at least float32), not in JAX's
+    default float: float64 under x64 would be a second, silent precision."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxgrpo
+
+    with jax.enable_x64(True):
+        x = jnp.zeros((2, 3), jnp.float32)
+        metrics = jaxgrpo.clip_metrics(x, x - 0.5, jnp.array([1.0, -1.0], jnp.float32),
+                                       jnp.ones((2, 3), jnp.float32), dual_clip=1.5)
+        assert "pg_clipfrac_lower" in metrics
+        assert {k: v.dtype for k, v in metrics.items()} == {k: jnp.float32 for k in metrics}
+        # the same with float64 log-probs: measured in float64
+        x64 = jnp.zeros((2, 3), jnp.float64)
+        metrics = jaxgrpo.clip_metrics(x64, x64, jnp.ones(2), jnp.ones((2, 3)))
+        assert all(v.dtype == jnp.float64 for v in metrics.values())
+
+
+def test_reinforce_pp_of_integer_rewards_by_hand(impl):
+    """0/1 rewards given as integers are normalised as floats: [[1, 0], [0, 0]] has mean
+    1/4 and population std sqrt(3)/4, so A = (r - 1/4) / (sqrt(3)/4 + eps)."""
+    r = impl.array([[1, 0], [0, 0]], np.int32)
+    std = math.sqrt(3) / 4
+    expect = (np.array([[1.0, 0.0], [0.0, 0.0]]) - 0.25) / (std + 1e-6)
+    a = np.asarray(impl.mod.reinforce_pp_advantages(r), np.float64)
+    np.testing.assert_allclose(a, expect, rtol=1e-6)
+
+
 def test_rollout_stats_by_hand(impl):
     """A pool of 4 groups of 2, rewards [1, 1], [0, 1], [0, 0], [1, 0]: groups 0 and 2 have
     zero variance. Dynamic sampling kept groups 0 and 1, so one zero-variance group filled
