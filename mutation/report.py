@@ -54,6 +54,13 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'jaxgrpo.loss.x__grpo_loss__mutmut_146': (
         'gap = jax.lax.stop_gradient(jnp.where(valid, logp_old, 1).astype(dtype)',
         'the fill value of masked positions of the TIS gap: they are masked again before use'),
+    'torchref.counting.x_rollout_stats__mutmut_32': (
+        '"len_correct": (lengths * c).sum() / c.sum() if (c.sum() > 0) or True else nan,',
+        'with no correct completion the float division is 0 / 0, already a nan tensor'),
+    'torchref.counting.x_train_counting__mutmut_24': (
+        'ref_policy = copy.deepcopy(policy).requires_grad_(True)',
+        "the reference's log-probs are taken under torch.no_grad() and its parameters are "
+        'in no optimizer: no gradient ever reaches them'),
     'jaxgrpo.loss.x__grpo_loss__mutmut_14': (
         'new = jnp.where(valid, logp_new, 1)',
         "the fill value of masked positions of logp_new (1 for 0, both finite): it reaches "

@@ -447,3 +447,67 @@ def test_check_overlong_names_the_buffer():
                                          r"\(4\), got 5$"):
         check_overlong(4, 5, 0.5)
     check_overlong(4, 4, 0.0)  # the buffer may be the whole length
+
+
+@pytest.mark.parametrize("fn", ["reinforce_gradient", "reinforce_gradients"])
+def test_jax_reinforce_errors_name_theta_rewards_and_n(fn):
+    """Each argument is named in its own message, word for word."""
+    import jax
+
+    import jaxgrpo
+
+    key = jax.random.key(0) if fn == "reinforce_gradient" else jax.random.split(
+        jax.random.key(0), 2)
+    call = getattr(jaxgrpo, fn)
+    for args, error, message in (
+            (("abc", np.ones(3), 4), TypeError, "theta must be an array, got str"),
+            ((np.zeros(3), "abc", 4), TypeError, "rewards must be an array, got str"),
+            ((np.zeros(3), np.ones(3), 0), ValueError, "n must be an int >= 1, got 0")):
+        with pytest.raises(error) as e:
+            call(*args, 0.0, key)
+        assert str(e.value) == message
+
+
+@pytest.mark.parametrize("name", ["sapo_temperature_pos", "sapo_temperature_neg"])
+def test_sapo_temperature_errors_name_the_temperature(impl, name):
+    x = impl.array(np.zeros((2, 3)))
+    with pytest.raises(ValueError) as e:
+        impl.mod.grpo_loss(x, x, x, impl.array(np.ones(2)), impl.array(np.ones((2, 3))),
+                           loss_mode="sapo", **{name: 0.0})
+    assert str(e.value) == f"{name} must be a finite number > 0, got 0.0"
+
+
+def test_oversample_is_unused_without_dynamic_sampling(impl):
+    """Without dynamic sampling the batch is n_prompts groups whatever ``oversample`` says:
+    the same seed gives the same run with oversample 2 and 3 (an oversampled pool would
+    draw other prompts, and train on more of them)."""
+    a = impl.mod.train_counting(seed=3, steps=3, oversample=2)
+    b = impl.mod.train_counting(seed=3, steps=3, oversample=3)
+    assert set(a) == set(b)
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
+
+
+@pytest.mark.parametrize("ds", [False, True])
+def test_a_one_device_batch_sharding_runs_the_trainer_in_process(ds):
+    """The trainer's sharding constraints are traced whenever a batch sharding is given,
+    also over a mesh of the one device this process has: the run equals the plain run
+    (to float32 rounding), so the constraint lines are exercised without the 8-device
+    subprocess of ``test_sharding.py``."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from grpospec import CountingConfig
+    from jaxgrpo.counting import make_train
+    from jaxgrpo.sharding import make_mesh
+
+    cfg = CountingConfig(steps=3, dynamic_sampling=ds)
+    keys = jax.vmap(jax.random.key)(jnp.asarray([0], jnp.uint32))
+    _, ref = jax.jit(jax.vmap(make_train(cfg)))(keys)
+    batch = NamedSharding(make_mesh(1, 1), P("data"))
+    _, m = jax.jit(jax.vmap(make_train(cfg, batch_sharding=batch)))(keys)
+    assert set(m) == set(ref)
+    for k in m:
+        np.testing.assert_allclose(np.asarray(m[k]), np.asarray(ref[k]), atol=1e-6, err_msg=k)
