@@ -13,7 +13,9 @@ mutant, only those tests, stopping at the first failure. Two things matter with 
 
 The multi-process tests run the DDP code in spawned ranks, where mutmut's stats see
 nothing: in the stats phase each rank writes what it reached to a folder, and the hooks
-below file it under the test that started the ranks.
+below file it under the test that started the ranks, and, when a module-scoped fixture
+started them, under every test that uses that fixture (each one judges the ranks'
+results).
 
 Outside mutmut (``MUTANT_UNDER_TEST`` unset) the hooks do nothing. This file also
 registers the hypothesis profiles of the whole suite (``HYPOTHESIS_PROFILE=...``): ``ci``
@@ -66,6 +68,18 @@ def pytest_configure(config):
         os.environ["MUTMUT_CHILD_HITS_DIR"] = tempfile.mkdtemp(prefix="mutmut-hits-")
 
 
+#: What the children started by a shared (module- or session-scoped) fixture reached, by
+#: (test module, fixture name): the ranks run once, in the setup of the first test that
+#: asks for the fixture, but every test using it judges their results.
+_SHARED_FIXTURE_HITS: dict[tuple[str, str], set[str]] = {}
+
+
+def _shared_fixtures(item) -> list[tuple[str, str]]:
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return [(item.module.__name__, name) for name in item.fixturenames
+            if name in defs and defs[name][-1].scope != "function"]
+
+
 @pytest.hookimpl(tryfirst=True)  # before mutmut's own teardown hook files the hits
 def pytest_runtest_teardown(item, nextitem):
     out = os.environ.get("MUTMUT_CHILD_HITS_DIR")
@@ -73,9 +87,15 @@ def pytest_runtest_teardown(item, nextitem):
         return
     from mutmut.state import state
 
+    new: set[str] = set()
     for hits in Path(out).glob("hits-*.txt"):
-        state()._stats.update(n for n in hits.read_text().split("\n") if n)
+        new.update(n for n in hits.read_text().split("\n") if n)
         hits.unlink()
+    shared = _shared_fixtures(item)
+    for key in shared:  # children of this test's shared fixtures (or of the test itself)
+        _SHARED_FIXTURE_HITS.setdefault(key, set()).update(new)
+        new |= _SHARED_FIXTURE_HITS[key]
+    state()._stats.update(new)
 
 
 def pytest_runtest_setup(item):

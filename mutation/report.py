@@ -167,6 +167,25 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.rollout.x_sample_rollouts__mutmut_52': (
         'if device.type == "XXcudaXX":',
         'CUDA only, and timing only: the synchronize before the clock starts'),
+    'scaleup.step.x__update__mutmut_85': (
+        'optimizer.zero_grad(set_to_none=False)',
+        'the zero_grad after the last optimizer step zeroes the gradients instead of freeing '
+        'them; the next update frees them first: memory only'),
+    'scaleup.step.x_grpo_step__mutmut_79': (
+        'correct = rewards >= 0.5',
+        "the checkers' rewards are the ints 0 and 1 (Task.score), never 0.5: >= and > "
+        'count the same completions correct'),
+    'scaleup.rollout.x_sample_rollouts__mutmut_54': (
+        'torch.cuda.synchronize(None)',
+        'CUDA only (a timing barrier): None is the current device, which '
+        'init_distributed sets to the rank\'s own GPU'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_76': (
+        'with tqdm(total=2 * len(problems), desc="eval", unit="XXproblemXX",',
+        "the progress bar's unit label: display only"),
+    'scaleup.step.x_micro_batch_weight__mutmut_9': (
+        'normaliser = loss_normaliser(total_mask, agg, )',
+        "the placeholder flag dropped from the normaliser only: a placeholder's weight is "
+        'its local count 0 over any normaliser (>= 1 / K), 0 either way'),
     'scaleup.step.x__update__mutmut_84': (
         'optimizer.zero_grad(set_to_none=None)',
         'the zero_grad after the last optimizer step zeroes the gradients instead of freeing '

@@ -269,6 +269,9 @@ def test_loss_backward_statistics_with_a_sampler_by_hand(policy, with_sampler):
         assert abs(float(plain) - float(full)) > 1e-4
     else:
         assert all(math.isnan(stats[k]) for k in MISMATCH_KEYS)
+    # the health check's max |log ratio| of this epoch, over every micro-batch
+    ratio = (lp - batch.logp_old)[valid].abs()
+    assert stats["max_abs_log_ratio"] == pytest.approx(float(ratio.max()), rel=1e-5)
 
 
 def test_rank_device_by_hand(monkeypatch):
@@ -463,3 +466,91 @@ def test_eval_rollout_vllm_override_decodes_with_the_sampler_given_the_checkpoin
     assert len(made) == 2
     with pytest.raises(ValueError, match="rollout"):  # the override is checked
         evaluate_run(out, n_problems=3, batch_size=2, n_samples=1, rollout="vlm")
+
+
+def test_greedy_rollouts_do_not_depend_on_the_rng(policy, tokenizer):
+    """``greedy=True`` (evaluation) decodes the argmax: the same completions whatever the
+    torch seed, while sampling (the default) draws different ones."""
+    model, stops = policy
+    problems = [Problem("1+2=", "3"), Problem("4+4=", "8")]
+    outs = {}
+    for greedy in (True, False):
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            roll = sample_rollouts(model, tokenizer, problems, 2, 6, stops,
+                                   torch.device("cpu"), greedy=greedy)
+            outs[greedy, seed] = roll.completion_ids
+    assert torch.equal(outs[True, 0], outs[True, 1])
+    assert not torch.equal(outs[False, 0], outs[False, 1])
+
+
+def test_trim_drops_exactly_the_all_padding_columns_by_hand():
+    """Leading prompt columns that are padding in every row (2 here) and completion
+    columns after every row's end (the last 2) go; a column padded in one row stays."""
+    from scaleup.logprobs import trim
+
+    prompt_mask = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 1, 1, 1]])
+    prompt_ids = torch.arange(10).view(2, 5)
+    completion_mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    completion_ids = torch.arange(10, 20).view(2, 5)
+    p_ids, p_mask, c_ids, c_mask = trim(prompt_ids, prompt_mask, completion_ids,
+                                        completion_mask)
+    assert torch.equal(p_ids, prompt_ids[:, 2:]) and torch.equal(p_mask, prompt_mask[:, 2:])
+    assert torch.equal(c_ids, completion_ids[:, :3])
+    assert torch.equal(c_mask, completion_mask[:, :3])
+
+
+def test_peak_memory_on_a_cpu_is_the_process_rss_in_gb():
+    """``ru_maxrss`` is in KiB on Linux: this test process holds between 10 MB and the
+    machine's RAM."""
+    import os
+
+    from scaleup.step import peak_memory_gb
+
+    ram_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    assert 0.01 < peak_memory_gb(torch.device("cpu")) < ram_gb
+
+
+def test_rng_snapshot_of_a_gpu_includes_its_cuda_state(monkeypatch):
+    """On a CUDA device the snapshot holds that device's generator state too (recorded
+    here, not taken: no GPU needed), and restoring it sets it back on that device."""
+    from scaleup.step import rng_restore, rng_snapshot
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda d: calls.append(("get", d)) or "S")
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, d: calls.append(("set", s, d)))
+    gpu = torch.device("cuda", 1)
+    snap = rng_snapshot(gpu)
+    assert snap[1] == "S" and torch.equal(snap[0], torch.get_rng_state())
+    rng_restore(snap, gpu)
+    assert calls == [("get", gpu), ("set", "S", gpu)]
+    assert rng_snapshot(torch.device("cpu"))[1] is None
+
+
+def test_arithmetic_task_messages_name_min_digits_and_low_operands_include_0():
+    """``min_digits`` is named in its message; with 1-digit operands allowed the space
+    starts at 0: 10 x 10 problems per operator for digits = 1, 90 x 90 from 10 for
+    min_digits = 2."""
+    with pytest.raises(ValueError) as e:
+        ArithmeticTask(min_digits=0)
+    assert str(e.value) == "min_digits must be an int >= 1, got 0"
+    assert ArithmeticTask(digits=1, operators="+").space() == 100
+    assert ArithmeticTask(digits=2, min_digits=2, operators="+").space() == 90 ** 2
+
+
+def test_digit_task_prompt_word_for_word():
+    from scaleup.tasks import DigitTask
+
+    assert DigitTask().sample(3, seed=0, step=0) == [
+        Problem("Start your reply with a digit.", "")] * 3
+
+
+def test_loss_normaliser_counts_every_row_and_token_by_default():
+    """Without a process group and by default (not a placeholder): the batch's own valid
+    tokens for ``agg="token"``, its rows for ``"seq"``."""
+    from scaleup.step import loss_normaliser
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert loss_normaliser(mask, "token") == 3.0
+    assert loss_normaliser(mask, "seq") == 2.0
+    assert loss_normaliser(mask, "seq", placeholder=True) == 1.0  # max(0 rows, 1)
