@@ -186,6 +186,17 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'normaliser = loss_normaliser(total_mask, agg, )',
         "the placeholder flag dropped from the normaliser only: a placeholder's weight is "
         'its local count 0 over any normaliser (>= 1 / K), 0 either way'),
+    'jaxgrpo.loss.x_selective_log_softmax__mutmut_16': (
+        'picked = jnp.take_along_axis(logits, index[..., None], axis=-1)[..., 1]',
+        'index 1 of a size-1 axis: JAX clamps an out-of-range index to the last element, '
+        'the same element 0'),
+    'scaleup.tasks.xǁDigitTaskǁsample__mutmut_1': (
+        'def sample(self, n: int, seed: int, step: int, stream: int = 1) -> list[Problem]:',
+        "DigitTask's problems are one constant instruction: the stream is never read"),
+    'torchref.advantages.x_estimator_advantages__mutmut_51': (
+        'None) * rewards[:, None]',
+        "one_hot's int64 0/1 times the float rewards promotes to the rewards' dtype: the "
+        'same values'),
     'scaleup.step.x__update__mutmut_84': (
         'optimizer.zero_grad(set_to_none=None)',
         'the zero_grad after the last optimizer step zeroes the gradients instead of freeing '

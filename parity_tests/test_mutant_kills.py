@@ -511,3 +511,33 @@ def test_a_one_device_batch_sharding_runs_the_trainer_in_process(ds):
     assert set(m) == set(ref)
     for k in m:
         np.testing.assert_allclose(np.asarray(m[k]), np.asarray(ref[k]), atol=1e-6, err_msg=k)
+
+
+def test_gae_estimator_whitens_with_std_plus_1e8_by_hand(impl):
+    """GAE's advantages are whitened as ``(A - mean) / (std + 1e-8)``: one-token rows with
+    rewards 0 and 1e-7 and values 0 give A = 0, 1e-7, mean and std 5e-8, so the whitened
+    advantages are -+5e-8 / 6e-8 (float64; the eps is a sixth of the std here)."""
+    from importlib import import_module
+
+    import jax
+
+    advantages = import_module(f"{impl.mod.__name__}.advantages")
+    with jax.enable_x64(True):
+        rewards = impl.array([0.0, 1e-7], np.float64)
+        ones = impl.array([[1.0], [1.0]], np.float64)
+        adv, _ = advantages.estimator_advantages(
+            "gae", rewards, 2, ones, impl.array([1, 1], np.int64),
+            values=impl.array([[0.0], [0.0]], np.float64))
+        np.testing.assert_allclose(np.asarray(adv, np.float64).ravel(),
+                                   [-5e-8 / 6e-8, 5e-8 / 6e-8], rtol=1e-9)
+
+
+def test_torch_loss_type_errors_name_logp_new():
+    import torch
+
+    import torchref
+
+    x = torch.zeros(2, 3)
+    with pytest.raises(TypeError) as e:
+        torchref.grpo_loss([[0.0]], x, x, torch.ones(2), torch.ones(2, 3))
+    assert str(e.value) == "logp_new must be a torch.Tensor, got list"

@@ -554,3 +554,24 @@ def test_loss_normaliser_counts_every_row_and_token_by_default():
     assert loss_normaliser(mask, "token") == 3.0
     assert loss_normaliser(mask, "seq") == 2.0
     assert loss_normaliser(mask, "seq", placeholder=True) == 1.0  # max(0 rows, 1)
+
+
+def test_arithmetic_space_and_whole_eval_split_by_hand():
+    """The space counts every operator: 10 x 10 x 3 problems for one digit and ``+-*``.
+    Asked for more problems than the split has, ``eval_problems`` returns the whole split
+    and nothing else: for 2-digit operands only, every held-out ``a + b`` with a, b in
+    10..99 (no 1-digit operand)."""
+    from scaleup.tasks import held_out
+
+    assert ArithmeticTask(digits=1).space() == 300
+    task = ArithmeticTask(digits=2, min_digits=2, operators="+")
+    split = {f"What is {a} + {b}?" for a in range(10, 100) for b in range(10, 100)
+             if held_out(a, "+", b)}
+    got = {p.prompt.split("?")[0] + "?" for p in task.eval_problems(2 * len(split), seed=0)}
+    assert got == split and len(split) > 500
+
+
+def test_make_task_passes_the_operators_on():
+    from scaleup.tasks import make_task
+
+    assert make_task("arithmetic", digits=1, operators="-").operators == "-"
