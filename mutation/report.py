@@ -197,6 +197,13 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'None) * rewards[:, None]',
         "one_hot's int64 0/1 times the float rewards promotes to the rewards' dtype: the "
         'same values'),
+    'grpospec.checks.x_check_grpo_loss__mutmut_9': (
+        'sapo_temperature_pos: Any = 2.0,',
+        "the check's own default, only range-checked (2.0 is valid too); both grpo_loss "
+        'pass their value'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_77': (
+        'with tqdm(total=2 * len(problems), desc="eval", unit="PROBLEM",',
+        "the progress bar's unit label: display only"),
     'scaleup.step.x__update__mutmut_84': (
         'optimizer.zero_grad(set_to_none=None)',
         'the zero_grad after the last optimizer step zeroes the gradients instead of freeing '

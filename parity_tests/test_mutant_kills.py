@@ -541,3 +541,13 @@ def test_torch_loss_type_errors_name_logp_new():
     with pytest.raises(TypeError) as e:
         torchref.grpo_loss([[0.0]], x, x, torch.ones(2), torch.ones(2, 3))
     assert str(e.value) == "logp_new must be a torch.Tensor, got list"
+
+
+def test_torch_bandit_names_a_non_float_theta_and_its_dtype():
+    import torch
+
+    import torchref
+
+    with pytest.raises(TypeError) as e:
+        torchref.exact_policy_gradient(torch.zeros(3, dtype=torch.int64), torch.ones(3))
+    assert str(e.value) == "theta must be a floating-point tensor, got dtype torch.int64"

@@ -575,3 +575,35 @@ def test_make_task_passes_the_operators_on():
     from scaleup.tasks import make_task
 
     assert make_task("arithmetic", digits=1, operators="-").operators == "-"
+
+
+def test_paired_bootstrap_refuses_2d_scores():
+    with pytest.raises(ValueError) as e:
+        paired_bootstrap(np.ones((2, 2)), np.ones((2, 2)))
+    assert str(e.value) == ("a and b must be 1-D of the same non-zero length, got shapes "
+                            "(2, 2) and (2, 2)")
+
+
+def test_sampling_config_is_the_policy_itself_field_by_field():
+    """Every warper at its no-op value and the pad id passed on (the same policy whose
+    log-probs enter the ratio); greedy decoding for evaluation."""
+    from scaleup.rollout import sampling_config
+
+    cfg = sampling_config(7, [5, 6], 3)
+    assert cfg.do_sample and cfg.pad_token_id == 3 and cfg.eos_token_id == [5, 6]
+    assert cfg.max_new_tokens == 7 and cfg.min_new_tokens == 0
+    noop = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+                epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0,
+                no_repeat_ngram_size=0, num_beams=1)
+    assert {k: getattr(cfg, k) for k in noop} == noop
+    greedy = sampling_config(7, [5], 3, greedy=True)
+    assert not greedy.do_sample and greedy.pad_token_id == 3
+
+
+def test_completion_logprobs_computes_no_entropy_by_default(policy):
+    from scaleup.logprobs import completion_logprobs
+
+    model, _ = policy
+    ids, mask = torch.tensor([[1, 2, 3]]), torch.ones(1, 3, dtype=torch.long)
+    lp, ent = completion_logprobs(model, ids, mask, ids, mask)
+    assert ent is None and lp.shape == (1, 3)
