@@ -1,7 +1,10 @@
-"""The mutation score per module, from mutmut's results (``mutants/**/*.py.meta``).
+"""The mutation score per module, from mutmut's results (``mutants/**/*.py.meta``) and
+the committed record of earlier runs' verdicts (``mutation/ledger.json``, see
+``mutation/ledger.py``).
 
     .venv/bin/mutmut run                      # all mutants (README, "Mutation testing")
     .venv/bin/python -m mutation.report       # the table, then the surviving mutants
+    .venv/bin/python -m mutation.report --record   # first add mutants/'s verdicts to the ledger
     .venv/bin/python -m mutation.report --check-equivalent   # EQUIVALENT's names still right
 
 Per module: the mutants mutmut made, how many the suite killed (a failing test, or a
@@ -9,7 +12,9 @@ timeout: a mutant that makes the suite hang is caught), how many survived, how m
 test reaches, how many were not run yet, the mutants named equivalent in
 ``EQUIVALENT`` (a mutation that cannot change any result, with the reason), and the
 score ``killed / (total - equivalent - not run)``. Then every survivor that is not named
-equivalent: the known gaps (``mutmut show NAME`` prints its diff).
+equivalent: the known gaps (``mutmut show NAME`` prints its diff). A mutant not judged in
+``mutants/`` counts with its ledger verdict while its function's source is unchanged; on
+a fresh clone (no ``mutants/``) the table is the ledger's alone.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+
+from mutation import ledger
 
 #: Mutants that cannot change any result: ``name: (the lines it changes, the reason)``
 #: (checked by reading the diff: ``mutmut show NAME``). The lines are those of
@@ -370,6 +377,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"),
                         help="mutmut's folder (default: mutants)")
+    parser.add_argument("--ledger", type=Path, default=ledger.LEDGER,
+                        help="the committed record of verdicts (default: mutation/ledger.json)")
+    parser.add_argument("--record", action="store_true",
+                        help="first add the verdicts in --mutants to --ledger")
     parser.add_argument("--check-equivalent", action="store_true",
                         help="only check that each name of EQUIVALENT is still the mutant "
                         "whose changed lines it records (exit 1 if not); needs no mutmut run")
@@ -386,12 +397,28 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{len(EQUIVALENT) - len(stale)} of {len(EQUIVALENT)} named equivalents are "
               "the mutants they record")
         raise SystemExit(1 if stale else 0)
-    if not args.mutants.is_dir():
-        raise SystemExit(f"error: --mutants {args.mutants} is not a folder: run "
-                         "`.venv/bin/mutmut run` first")
-    results = load(args.mutants)
+    try:
+        recorded = ledger.read(args.ledger)
+    except ledger.LedgerError as e:
+        raise SystemExit(f"error: --ledger: {e}") from None
+    if args.record:
+        if not args.mutants.is_dir():
+            raise SystemExit(f"error: --record needs mutmut's results, but --mutants "
+                             f"{args.mutants} is not a folder: run `.venv/bin/mutmut run` first")
+        n = ledger.record(load(args.mutants), args.ledger)
+        print(f"recorded {n} new or changed verdicts in {args.ledger}")
+        recorded = ledger.read(args.ledger)
+    results = load(args.mutants) if args.mutants.is_dir() else {}
+    results, changed = ledger.overlay(recorded, results)
+    if not results:
+        raise SystemExit(f"error: no results: --mutants {args.mutants} is not a folder and "
+                         f"--ledger {args.ledger} records nothing; run `.venv/bin/mutmut run` "
+                         "first")
     text, gaps = table(results)
     print(text)
+    if changed:
+        print(f"\n{len(changed)} recorded functions edited since (their verdicts are not "
+              f"counted; run their mutants again): {', '.join(sorted(changed))}")
     known = {n for codes in results.values() for n in codes}
     stale = sorted(set(EQUIVALENT) - known)
     if stale:

@@ -3,10 +3,12 @@
     .venv/bin/mutmut run "jaxgrpo.loss.x_grpo_loss__mutmut_1"   # once, to make the mutants
     .venv/bin/mutmut run $(.venv/bin/python -m mutation.sample 0.25 jaxgrpo.loss torchref.loss)
 
-prints the names of a share of each named module's mutants (those not judged yet, or
-without tests when last run; a seeded random sample, the same on every machine for the
-same mutants), for ``mutmut run``. The score of a sample estimates the module's;
-``mutation.report`` counts the mutants not run as such.
+prints the names of a share of each named module's mutants, drawn from those not judged
+yet (neither in ``mutants/`` nor, still valid, in ``mutation/ledger.json``) or without
+tests when last run: a seeded random sample, the same on every machine for the same
+mutants and ledger, for ``mutmut run``. So successive samples, recorded with
+``mutation.report --record``, cover new mutants until every one is judged. The score of
+a sample estimates the module's; ``mutation.report`` counts the mutants not run as such.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import random
 from pathlib import Path
 
+from mutation import ledger
 from mutation.report import NO_TESTS, load
 
 
@@ -25,6 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     parser.add_argument("--mutants", type=Path, default=Path("mutants"),
                         help="mutmut's folder (default: mutants)")
+    parser.add_argument("--ledger", type=Path, default=ledger.LEDGER,
+                        help="the committed record of verdicts (default: mutation/ledger.json)")
     args = parser.parse_args(argv)
     if not 0 < args.share <= 1:
         raise SystemExit(f"error: share must lie in (0, 1], got {args.share}")
@@ -33,14 +38,20 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"error: no mutants of {', '.join(unknown)} in {args.mutants}/ "
                          f"(known: {', '.join(results)})")
+    try:
+        valid, _ = ledger.fresh(ledger.read(args.ledger))
+    except ledger.LedgerError as e:
+        raise SystemExit(f"error: --ledger: {e}") from None
     rng = random.Random(args.seed)
     for module in args.modules:
-        names = sorted(results[module])
-        picked = rng.sample(names, max(1, round(args.share * len(names))))
+        codes = results[module]
         # "no tests" is judged again: new tests (or child processes reporting, see
         # conftest.py) can reach a function that none reached before
-        print("\n".join(sorted(n for n in picked if results[module][n] is None
-                                or results[module][n] in NO_TESTS)))
+        verdicts = {n: valid.get(n) if c is None else c for n, c in codes.items()}
+        open_ = sorted(n for n, c in verdicts.items() if c is None or c in NO_TESTS)
+        picked = rng.sample(open_, min(len(open_), max(1, round(args.share * len(codes)))))
+        if picked:
+            print("\n".join(sorted(picked)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""The mutation ledger (``mutation/ledger.py``): verdicts add up across runs, an edited
+function's verdicts stop counting, the committed ledger is valid for today's code, and a
+damaged file is reported in one line. No mutmut needed: results are built by hand."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+
+from mutation import ledger, report, sample
+
+SRC = '''\
+def f(x):
+    return x + 1
+
+
+class C:
+    def m(self):
+        return 2
+'''
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(SRC)
+    return tmp_path
+
+
+def _results(**codes):
+    names = {"f": "pkg.mod.x_f__mutmut_", "m": "pkg.mod.xǁCǁm__mutmut_"}
+    return {"pkg.mod": {names[k[0]] + k[1:]: c for k, c in codes.items()}}
+
+
+def test_keys_and_hashes_follow_mutmut_names(tree: Path):
+    assert ledger.function_key("pkg.mod.xǁCǁm__mutmut_12") == "pkg.mod.xǁCǁm"
+    assert ledger.module_of("pkg.mod.xǁCǁm") == "pkg.mod"
+    assert ledger.module_of("pkg.mod.x_x_f") == "pkg.mod"
+    with pytest.raises(ValueError, match="not a mutmut mutant name"):
+        ledger.function_key("pkg.mod.x_f")
+    h = ledger.function_hashes("pkg.mod", tree)
+    assert set(h) == {"pkg.mod.x_f", "pkg.mod.xǁCǁm"}
+    (tree / "pkg" / "mod.py").write_text(SRC.replace("x + 1", "x + 2"))
+    h2 = ledger.function_hashes("pkg.mod", tree)
+    assert h2["pkg.mod.x_f"] != h["pkg.mod.x_f"] and h2["pkg.mod.xǁCǁm"] == h["pkg.mod.xǁCǁm"]
+
+
+def test_runs_add_up_and_an_edit_voids_only_its_function(tree: Path):
+    path = tree / "ledger.json"
+    # run 1 judges f's mutants 1 and 2 and m's 1; run 2 (a new mutants/) judges f's 3
+    assert ledger.record(_results(f1=1, f2=0, f3=None, m1=1), path, tree) == 3
+    assert ledger.record(_results(f1=None, f2=None, f3=1, m1=None), path, tree) == 1
+    data = ledger.read(path)
+    assert {n: v["code"] for n, v in data["verdicts"].items()} == {
+        "pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 0,
+        "pkg.mod.x_f__mutmut_3": 1, "pkg.mod.xǁCǁm__mutmut_1": 1}
+    assert data["functions"]["pkg.mod.x_f"]["mutants"] == 3
+    # on a fresh clone (no mutants/) the table is the ledger's
+    results, changed = ledger.overlay(data, {}, tree)
+    assert changed == set()
+    text, gaps = report.table(results)
+    assert "| `pkg.mod` | 4 | 3 | 1 | 0 | 0 | 0 | 75.0% |" in text
+    assert gaps == ["pkg.mod.x_f__mutmut_2"]
+    # a survivor killed in a later run is updated, not counted twice
+    assert ledger.record(_results(f1=None, f2=1, f3=None, m1=None), path, tree) == 1
+    # f is edited: its verdicts stop counting, m's still count
+    (tree / "pkg" / "mod.py").write_text(SRC.replace("x + 1", "x - 1"))
+    results, changed = ledger.overlay(ledger.read(path), {}, tree)
+    assert changed == {"pkg.mod.x_f"}
+    assert results == {"pkg.mod": {"pkg.mod.xǁCǁm__mutmut_1": 1}}
+    # recording f again (new mutants) drops its old verdicts
+    ledger.record(_results(f1=0, f2=None), path, tree)
+    data = ledger.read(path)
+    assert [n for n in data["verdicts"] if "x_f" in n] == ["pkg.mod.x_f__mutmut_1"]
+    assert data["verdicts"]["pkg.mod.x_f__mutmut_1"]["code"] == 0
+    assert data["functions"]["pkg.mod.x_f"]["mutants"] == 2
+
+
+def test_mutants_folder_wins_and_the_ledger_fills_its_gaps(tree: Path):
+    path = tree / "ledger.json"
+    ledger.record(_results(f1=0, f2=1), path, tree)
+    results, _ = ledger.overlay(ledger.read(path), _results(f1=1, f2=None, f3=None), tree)
+    assert results["pkg.mod"] == {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 1,
+                                  "pkg.mod.x_f__mutmut_3": None}
+
+
+def _record_one(args):
+    tree, number = args
+    return ledger.record(_results(**{f"f{number}": 1}), Path(tree) / "ledger.json",
+                         Path(tree))
+
+
+def test_two_recordings_at_once_keep_both(tree: Path):
+    with mp.get_context("spawn").Pool(2) as pool:
+        pool.map(_record_one, [(str(tree), i) for i in range(1, 9)])
+    assert len(ledger.read(tree / "ledger.json")["verdicts"]) == 8
+    assert [p.name for p in tree.iterdir() if p.name.startswith("ledger.json.")] == [
+        "ledger.json.lock"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "is not valid JSON"),
+    (json.dumps({"version": 1, "functions": {}, "verdicts": {"a.x_f__mutmut_1": {"code": 1}}}),
+     "is not a mutation ledger"),
+    (json.dumps({"version": 2, "functions": {}, "verdicts": {}}), "is not a mutation ledger"),
+    (json.dumps({"version": 1, "functions": {"a.x_f": {"sha": "0", "mutants": "3"}},
+                 "verdicts": {}}), "is not a mutation ledger"),
+])
+def test_a_damaged_ledger_is_one_line_naming_the_option(tree: Path, text, message, capsys):
+    (tree / "ledger.json").write_text(text)
+    with pytest.raises(SystemExit) as e:
+        report.main(["--ledger", str(tree / "ledger.json"), "--mutants", str(tree / "none")])
+    assert str(e.value).startswith(f"error: --ledger: {tree / 'ledger.json'} {message}")
+    assert "\n" not in str(e.value)
+
+
+def test_sample_draws_only_what_is_not_judged(tree: Path, monkeypatch, capsys):
+    path = tree / "ledger.json"
+    monkeypatch.chdir(tree)
+    ledger.record(_results(f1=1, f2=0, m1=5), path, tree)
+    monkeypatch.setattr(sample, "load", lambda root: _results(
+        f1=None, f2=None, f3=None, f4=None, m1=None))
+    monkeypatch.setattr(ledger, "LEDGER", path)
+    sample.main(["1.0", "pkg.mod", "--ledger", str(path)])
+    # f1, f2 judged in the ledger; m1's "no tests" is drawn again
+    assert capsys.readouterr().out.split() == [
+        "pkg.mod.x_f__mutmut_3", "pkg.mod.x_f__mutmut_4", "pkg.mod.xǁCǁm__mutmut_1"]
+
+
+def test_the_committed_ledger_reads_and_its_table_adds_up():
+    data = ledger.read()
+    valid, changed = ledger.fresh(data)
+    results, _ = ledger.overlay(data, {})
+    for module, codes in results.items():
+        assert all(c is None or c == valid[n] for n, c in codes.items()), module
+    recorded = {ledger.function_key(n) for n in data["verdicts"]}
+    assert recorded <= set(data["functions"])
