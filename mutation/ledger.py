@@ -224,6 +224,9 @@ def record(results: Mapping[str, Mapping[str, int | None]], path: Path = LEDGER,
             with os.fdopen(fd, "w") as f:
                 json.dump(new, f, indent=0, ensure_ascii=False)
                 f.write("\n")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as any file written here, not mkstemp's 0600
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

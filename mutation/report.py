@@ -32,6 +32,20 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'scaleup.step.x_loss_backward__mutmut_258': (
+        'sums["kl"] = float("NAN")',
+        "float() reads 'NAN' as 'nan' (case-insensitive)"),
+    'scaleup.step.x_grpo_step__mutmut_133': (
+        '"len_correct": len_correct / n_correct if n_correct else float("NAN"),',
+        "float() reads 'NAN' as 'nan' (case-insensitive)"),
+    'scaleup.tasks.x_held_out__mutmut_11': (
+        'return int.from_bytes(digest, ) % EVAL_SHARE == 0',
+        "int.from_bytes' byteorder defaults to 'big' since Python 3.11 (the project's floor)"),
+    'scaleup.step.x_loss_backward__mutmut_132': (
+        'w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser, )',
+        "the placeholder row (a rank without rows) is all masked, so its loss is exactly 0 "
+        "with a zero gradient in every aggregation: its weight (0, or 1 row / normaliser "
+        "without the flag) multiplies 0; the normaliser keeps the flag"),
     'scaleup.tasks.x_load_gsm8k__mutmut_9': (
         'with path.open(encoding="UTF-8") as f:',
         "encoding 'UTF-8' is 'utf-8'"),

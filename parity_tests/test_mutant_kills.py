@@ -551,3 +551,121 @@ def test_torch_bandit_names_a_non_float_theta_and_its_dtype():
     with pytest.raises(TypeError) as e:
         torchref.exact_policy_gradient(torch.zeros(3, dtype=torch.int64), torch.ones(3))
     assert str(e.value) == "theta must be a floating-point tensor, got dtype torch.int64"
+
+
+# --- the 2026-12-03 ledger sample (mutation.sample 0.05 <all 15 modules> --seed 33) ---
+
+
+def test_an_entropy_coef_of_zero_skips_the_bonus_even_of_an_infinite_entropy(impl):
+    """entropy_coef = 0 leaves the entropy out (skip a term whose weight is 0 rather
+    than multiply 0 by inf): an entropy of inf or nan at coef 0 gives exactly the loss
+    without one; at coef 0.5 the bonus acts (the loss moves by -0.5 * mean entropy)."""
+    rng = np.random.default_rng(3)
+    new, old, ref = (rng.normal(-1, 0.3, (2, 3)) for _ in range(3))
+    adv, mask = np.array([1.0, -1.0]), np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    args = [impl.array(x) for x in (new, old, ref, adv, mask)]
+    plain = float(impl.mod.grpo_loss(*args))
+    for bad in (np.inf, np.nan):
+        ent = impl.array(np.full((2, 3), bad))
+        assert float(impl.mod.grpo_loss(*args, entropy=ent, entropy_coef=0.0)) == plain
+    ent = impl.array(np.full((2, 3), 2.0))
+    np.testing.assert_allclose(float(impl.mod.grpo_loss(*args, entropy=ent, entropy_coef=0.5)),
+                               plain - 0.5 * 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_clip_metrics_checks_clip_eps_high(impl, bad):
+    """clip_metrics validates its upper clip range as grpo_loss does, word for word."""
+    z = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError) as e:
+        impl.mod.clip_metrics(z, z, impl.array(np.zeros(1)), impl.array(np.ones((1, 2))),
+                              clip_eps_high=bad)
+    assert str(e.value) == f"clip_eps_high must be a finite number > 0 (or None), got {bad!r}"
+
+
+@pytest.mark.parametrize("bad", [-1e-6, float("nan"), float("inf")])
+def test_reinforce_pp_checks_eps(impl, bad):
+    """REINFORCE++ validates eps as the group estimators do, word for word."""
+    with pytest.raises(ValueError) as e:
+        impl.mod.reinforce_pp_advantages(impl.array([0.0, 1.0, 1.0]), eps=bad)
+    assert str(e.value) == f"eps must be a finite number >= 0, got {bad!r}"
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf")])
+def test_check_overlong_rejects_a_negative_or_non_finite_penalty(bad):
+    """grpospec's overlong check: the penalty must be finite and >= 0 (0 and 1 pass)."""
+    from grpospec.checks import check_overlong
+
+    check_overlong(8, 4, 0.0)
+    check_overlong(8, 4, 1.0)
+    with pytest.raises(ValueError) as e:
+        check_overlong(8, 4, bad)
+    assert str(e.value) == f"overlong_penalty must be a finite number >= 0, got {bad!r}"
+
+
+def test_the_logp_sampler_shape_message_names_both_shapes(impl):
+    """The sampler's log-probs (TIS) of the wrong shape: the message names logp_sampler,
+    the shape expected (logp_new's) and the shape given."""
+    z = impl.array(np.zeros((2, 3)))
+    with pytest.raises(ValueError) as e:
+        impl.mod.grpo_loss(z, z, z, impl.array(np.zeros(2)), impl.array(np.ones((2, 3))),
+                           logp_sampler=impl.array(np.zeros((2, 2))), tis_cap=2.0)
+    assert str(e.value) == "logp_sampler must have the shape of logp_new (2, 3), got (2, 2)"
+
+
+def test_counter_policy_tables_start_as_normal_of_init_std():
+    """Both tables start as N(0, init_std^2) (the docstring's promise, not flax's default
+    embedding initialiser): their std over the 8 x 8 and 6 x 8 entries is init_std within
+    the sampling error, for two values of init_std."""
+    from flax import nnx
+
+    from jaxgrpo.counting import CounterPolicy
+
+    for init_std in (0.1, 2.0):
+        p = CounterPolicy(init_std=init_std, rngs=nnx.Rngs(0))
+        for table in (p.tok_emb.embedding[...], p.pos_emb.embedding[...]):
+            std = float(np.std(np.asarray(table)))
+            assert abs(std / init_std - 1) < 0.3, (init_std, std)
+
+
+def test_load_torch_state_dict_takes_parameters_that_require_grad():
+    """A torch model's live parameters (``requires_grad``: numpy() of them raises) load as
+    its detached state dict does: the same tables, and the same logits as torch."""
+    import torch
+    from flax import nnx
+
+    import torchref
+    from jaxgrpo.counting import CounterPolicy, load_torch_state_dict
+
+    torch.manual_seed(0)
+    t = torchref.CounterPolicy()
+    live = dict(t.named_parameters())
+    assert all(p.requires_grad for p in live.values())
+    a = load_torch_state_dict(CounterPolicy(rngs=nnx.Rngs(1)), live)
+    b = load_torch_state_dict(CounterPolicy(rngs=nnx.Rngs(2)), t.state_dict())
+    for name, p in live.items():
+        np.testing.assert_array_equal(
+            np.asarray(getattr(a, name.split(".")[0]).embedding[...]), p.detach().numpy())
+    np.testing.assert_array_equal(np.asarray(a.tok_emb.embedding[...]),
+                                  np.asarray(b.tok_emb.embedding[...]))
+
+
+def test_torch_counting_samples_n_prompts_groups_without_dynamic_sampling(monkeypatch):
+    """Without dynamic sampling the pool is the batch: every step samples n_prompts x
+    group_size completions whatever ``oversample`` says; with it, oversample times as
+    many."""
+    import torchref.counting as tc
+
+    sizes = []
+    real = tc.CounterPolicy.sample
+
+    def recording(self, prompts, gen):
+        sizes.append(len(prompts))
+        return real(self, prompts, gen)
+
+    monkeypatch.setattr(tc.CounterPolicy, "sample", recording)
+    tc.train_counting(steps=2, n_prompts=3, group_size=2)
+    assert sizes == [6, 6]
+    sizes.clear()
+    tc.train_counting(steps=1, n_prompts=3, group_size=2, dynamic_sampling=True, oversample=2)
+    assert sizes == [12]

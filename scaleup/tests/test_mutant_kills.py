@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import resource
+import time
 
 import numpy as np
 import pytest
@@ -58,8 +61,10 @@ def test_grpo_step_calls_its_sampler_with_seed_and_step_and_counts_lengths_by_ha
     sampler = RecordingSampler(model)
     task = ParityTask()
     torch.manual_seed(0)
-    m = grpo_step(model, tokenizer, make_optimizer(model, cfg), task, 3, cfg, stops, CPU,
-                  sampler=sampler)
+    opt = make_optimizer(model, cfg)
+    t0 = time.perf_counter()
+    m = grpo_step(model, tokenizer, opt, task, 3, cfg, stops, CPU, sampler=sampler)
+    assert 0 < m["step_time_s"] <= time.perf_counter() - t0  # the step's own wall time
     assert sampler.calls == [
         "wake_up", ("sync", True),
         ("sample", 3, cfg.group_size, cfg.max_new_tokens, list(stops), CPU, 5, 3, False, True),
@@ -607,3 +612,160 @@ def test_completion_logprobs_computes_no_entropy_by_default(policy):
     ids, mask = torch.tensor([[1, 2, 3]]), torch.ones(1, 3, dtype=torch.long)
     lp, ent = completion_logprobs(model, ids, mask, ids, mask)
     assert ent is None and lp.shape == (1, 3)
+
+
+# --- the 2026-12-03 ledger sample (mutation.sample 0.05 <all 15 modules> --seed 33) ---
+
+
+class _Stop(Exception):
+    pass
+
+
+class RecordingModel:
+    """Wraps a model: records what ``generate`` is given, then runs it (or, with
+    ``stop``, raises ``_Stop`` instead: for inputs on a device nothing can run on)."""
+
+    def __init__(self, model, stop=False):
+        self.model, self.stop, self.seen = model, stop, []
+
+    @property
+    def training(self):
+        return self.model.training
+
+    def eval(self):
+        self.model.eval()
+
+    def train(self, mode=True):
+        self.model.train(mode)
+
+    def generate(self, **kw):
+        self.seen.append(kw)
+        if self.stop:
+            raise _Stop
+        return self.model.generate(**kw)
+
+
+def test_sample_rollouts_gives_generate_the_padding_mask_on_the_device(policy, tokenizer):
+    """Prompts of different lengths are left-padded; ``generate`` gets the tokenizer's
+    mask (0 on the pads, repeated per sample: it cannot always infer it, e.g. when the pad
+    token is a stop token) and both tensors on the device asked for ("meta" here: a
+    device the CPU tensors are not on)."""
+    model, stops = policy
+    problems = [Problem("What is 1 + 1?", "2"),
+                Problem("What is 12345 * 678 - 91011 + 1213 * 1415 + 1617?", "0")]
+    rec = RecordingModel(model)
+    roll = sample_rollouts(rec, tokenizer, problems, 2, 2, stops, CPU, greedy=True)
+    (kw,) = rec.seen
+    enc = tokenizer([p for p in scaleup_chat_prompts(tokenizer, problems)],
+                    return_tensors="pt", padding=True, padding_side="left",
+                    add_special_tokens=False)
+    assert (enc["attention_mask"] == 0).any(), "the test's premise: one prompt is padded"
+    torch.testing.assert_close(kw["attention_mask"],
+                               enc["attention_mask"].repeat_interleave(2, 0))
+    torch.testing.assert_close(kw["input_ids"], enc["input_ids"].repeat_interleave(2, 0))
+    assert roll.prompt_mask.equal(kw["attention_mask"])
+    meta = RecordingModel(model, stop=True)
+    with pytest.raises(_Stop):
+        sample_rollouts(meta, tokenizer, problems, 2, 2, stops, torch.device("meta"))
+    (kw,) = meta.seen
+    assert kw["input_ids"].device.type == kw["attention_mask"].device.type == "meta"
+
+
+def scaleup_chat_prompts(tokenizer, problems):
+    from scaleup.rollout import chat_prompts
+
+    return chat_prompts(tokenizer, problems)
+
+
+def test_the_reductions_are_made_on_the_data_device(monkeypatch):
+    """Every all-reduce of the reward statistics and of the loss's statistics is given
+    the device of the tensors reduced (NCCL reduces only tensors on the GPU): recorded
+    by a stand-in that sums nothing (one process), with ``world_size`` 2 so the
+    statistics are reduced."""
+    import scaleup.step as step
+    from scaleup.step import global_reward_stats
+
+    devices = []
+
+    def recording(values, op="sum", device=None):
+        devices.append(device)
+        return [float(v) for v in values]
+
+    monkeypatch.setattr(step, "all_reduce", recording)
+    rewards = torch.tensor([0.0, 1.0, 1.0, 1.0])
+    mean, std, equal = global_reward_stats(rewards)
+    assert (mean, std, equal) == (0.75, pytest.approx(0.75 ** 0.5 * 0.25 ** 0.5), False)
+    assert devices == [CPU, CPU, CPU]
+    devices.clear()
+    monkeypatch.setattr(step, "world_size", lambda: 2)
+
+    def logprobs(model_, mb, chunk, with_entropy, forward=None, entropy_grad=False):
+        x = model_(torch.ones(len(mb), mb.mask.shape[1], 1)).squeeze(-1) - 2.0
+        return x, torch.ones_like(x)
+
+    monkeypatch.setattr(step, "_mb_logprobs", logprobs)
+    z = torch.zeros(2, 3, dtype=torch.long)
+    batch = step.Batch(z, torch.ones_like(z), z, torch.ones(2, 3), torch.tensor([1.0, -1.0]))
+    sums = step.loss_backward(torch.nn.Linear(1, 1), batch, small_cfg())
+    assert devices and all(d == CPU for d in devices), devices
+    assert math.isnan(sums["kl"])  # no logp_ref: the KL is not measured
+
+
+def test_peak_memory_on_the_cpu_is_the_peak_rss_in_kibibytes():
+    """Linux reports ``ru_maxrss`` in KiB: the peak in GB is ``maxrss * 1024 / 1e9``
+    exactly, bracketed by readings just before and after (the peak only grows)."""
+    from scaleup.step import peak_memory_gb
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gb = peak_memory_gb(CPU)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert before * 1024 / 1e9 <= gb <= after * 1024 / 1e9
+
+
+def test_arithmetic_operands_span_their_digit_ranges_exactly():
+    """An n-digit operand is drawn from 10^(n-1) .. 10^n - 1 (0 .. 9 for one digit):
+    over 600 problems of 3-digit operands the smallest is below 110 and >= 100 (a lower
+    bound of 11^2 = 121 would never give it), the largest 999 or just below."""
+    task = ArithmeticTask(digits=3, min_digits=3, operators="+")
+    ops = _operands(task.sample(600, 0, 0))
+    assert 100 <= min(ops) < 110 and 990 <= max(ops) <= 999
+    ops = _operands(ArithmeticTask(digits=1, operators="+").sample(300, 0, 0))
+    assert min(ops) == 0 and max(ops) == 9
+
+
+def _operands(problems) -> list[int]:
+    return [int(x) for p in problems for x in re.findall(r"\d+", p.prompt.split("?")[0])]
+
+
+def test_arithmetic_sample_draws_stream_0_by_default():
+    task = ArithmeticTask()
+    assert task.sample(5, 3, 2) == task.sample(5, 3, 2, stream=0)
+    assert task.sample(5, 3, 2) != task.sample(5, 3, 2, stream=1)
+
+
+def test_the_digit_task_records_why_nothing_is_held_out():
+    problems, record = held_out_problems(small_cfg(task="digit"), 3)
+    assert record == {"rule": "none: the digit task has one prompt"}
+    assert len(problems) == 3
+
+
+def test_eval_device_overrides_the_runs(tiny_dir, tmp_path, monkeypatch):
+    """``grpo-scaleup eval --device D`` loads the policy on D, not on the run's device:
+    recorded by a stand-in for ``load_policy`` (the run was trained with device cpu)."""
+    import scaleup.evaluate as ev
+    from scaleup.train import train
+
+    out = tmp_path / "run"
+    train(small_cfg(model=str(tiny_dir), output_dir=str(out), steps=1, save_every=1,
+                    max_new_tokens=2), show_progress=False)
+    seen = []
+
+    def recording(cfg):
+        seen.append(cfg.device)
+        raise _Stop
+
+    monkeypatch.setattr(ev, "load_policy", recording)
+    for device in (None, "auto"):
+        with pytest.raises(_Stop):
+            evaluate_run(out, n_problems=2, batch_size=2, n_samples=1, device=device)
+    assert seen == ["cpu", "auto"]
