@@ -87,16 +87,18 @@ def test_mutants_folder_wins_and_the_ledger_fills_its_gaps(tree: Path):
                                   "pkg.mod.x_f__mutmut_3": None}
 
 
-def _record_one(args):
-    tree, number = args
-    return ledger.record(_results(**{f"f{number}": 1}), Path(tree) / "ledger.json",
-                         Path(tree))
+def _record_some(args):
+    tree, first = args
+    for number in range(first, first + 10):  # one verdict at a time: many read-merge-writes
+        ledger.record(_results(**{f"f{number}": 1}), Path(tree) / "ledger.json", Path(tree))
 
 
-def test_two_recordings_at_once_keep_both(tree: Path):
-    with mp.get_context("spawn").Pool(2) as pool:
-        pool.map(_record_one, [(str(tree), i) for i in range(1, 9)])
-    assert len(ledger.read(tree / "ledger.json")["verdicts"]) == 8
+def test_recordings_at_the_same_moment_keep_every_verdict(tree: Path):
+    """Four processes record 10 verdicts each, one at a time, into one ledger: all 40
+    are kept (without the lock, read-merge-write races lose some)."""
+    with mp.get_context("spawn").Pool(4) as pool:
+        pool.map(_record_some, [(str(tree), 1 + 10 * i) for i in range(4)])
+    assert len(ledger.read(tree / "ledger.json")["verdicts"]) == 40
     assert [p.name for p in tree.iterdir() if p.name.startswith("ledger.json.")] == [
         "ledger.json.lock"]  # no temporary file left behind
 
