@@ -32,6 +32,22 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'scaleup.step.x_loss_backward__mutmut_251': (
+        '[sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], "MAX", device=total.device)',
+        "all_reduce sums only for op == 'sum': any other op, 'MAX' too, is the max"),
+    'scaleup.step.x_global_reward_stats__mutmut_18': (
+        'high, neg_low = all_reduce([rewards.max(), -rewards.min()], None, '
+        'device=rewards.device)',
+        "all_reduce sums only for op == 'sum': None is the max, as 'max'"),
+    'scaleup.tasks.xǁArithmeticTaskǁeval_problems__mutmut_29': (
+        'if len(seen) < n or self.space() <= 4_000_000:  # a small space: take all of it',
+        'with n problems already drawn the block adds rest[:n - n], nothing; fewer than n '
+        'distinct ones from 50 n draws of a space over 4e6 (where or would enumerate it) '
+        'does not occur for any n a run can ask'),
+    'torchref.counting.x_train_counting__mutmut_42': (
+        'prompts = torch.randint(VOCAB_SIZE, (pool,), generator=gen)',
+        "torch.randint(high, size) is randint(0, high, size): the same draws from the "
+        "same generator"),
     'scaleup.step.x_loss_backward__mutmut_258': (
         'sums["kl"] = float("NAN")',
         "float() reads 'NAN' as 'nan' (case-insensitive)"),

@@ -669,3 +669,72 @@ def test_torch_counting_samples_n_prompts_groups_without_dynamic_sampling(monkey
     sizes.clear()
     tc.train_counting(steps=1, n_prompts=3, group_size=2, dynamic_sampling=True, oversample=2)
     assert sizes == [12]
+
+
+# --- the second ledger sample of 2026-12-03 (seed 34) ---
+
+
+def test_rloo_names_rewards_and_takes_bool_rewards(impl):
+    """RLOO of a non-array names ``rewards``; bool rewards (a checker's verdicts) give
+    the float result, by hand: [1, 0, 0] -> [1, -1/2, -1/2]."""
+    with pytest.raises(TypeError, match=r"^rewards must be "):
+        impl.mod.rloo_advantages({"not": "an array"})
+    r = impl.array([[True, False, False]], dtype=np.bool_)
+    np.testing.assert_allclose(np.asarray(impl.mod.rloo_advantages(r), np.float64),
+                               [[1.0, -0.5, -0.5]], rtol=1e-6)
+
+
+def test_bandit_messages_name_the_argument_and_the_type_given(impl):
+    """expected_reward of a non-array ``rewards`` names it; reinforce_gradient's rng
+    message names the type given (an int, not NoneType)."""
+    theta = impl.array([0.0, 0.0])
+    if impl.name == "jax":  # torchref's bandit has no closed-form J
+        with pytest.raises(TypeError, match=r"^rewards must be "):
+            impl.mod.expected_reward(theta, {"not": "an array"})
+    with pytest.raises(TypeError) as e:
+        impl.mod.reinforce_gradient(theta, impl.array([1.0, 0.0]), 4, 0.0, 42)
+    assert str(e.value).endswith("got int")
+
+
+def test_clip_metrics_names_logp_old():
+    import jaxgrpo
+
+    z = np.zeros((1, 2), np.float32)
+    with pytest.raises(TypeError) as e:
+        jaxgrpo.clip_metrics(z, {"not": "an array"}, np.zeros(1, np.float32), z)
+    assert str(e.value) == "logp_old must be an array, got dict"
+
+
+def test_rollout_stats_len_incorrect_is_nan_when_every_completion_is_right():
+    """len_incorrect averages over the wrong completions only: none wrong gives nan (as
+    len_correct with none right), not 0."""
+    import jax.numpy as jnp
+
+    from jaxgrpo.counting import rollout_stats
+
+    mask = jnp.ones((4, 3))
+    lengths = jnp.array([3.0, 2.0, 1.0, 3.0])
+    right = rollout_stats(jnp.ones(4), mask, jnp.ones(4), lengths, 2, None)
+    assert math.isnan(float(right["len_incorrect"]))
+    assert float(right["len_correct"]) == 2.25
+    wrong = rollout_stats(jnp.zeros(4), mask, jnp.zeros(4), lengths, 2, None)
+    assert math.isnan(float(wrong["len_correct"])) and float(wrong["len_incorrect"]) == 2.25
+    mixed = rollout_stats(jnp.ones(4), mask, jnp.array([1.0, 0, 0, 1]), lengths, 2, None)
+    assert (float(mixed["len_correct"]), float(mixed["len_incorrect"])) == (3.0, 1.5)
+
+
+def test_make_trainer_reports_no_progress_by_default():
+    """make_trainer without progress_every compiles no progress callback: a listener
+    hears nothing; with progress_every=1 it hears every step."""
+    import jax
+
+    from jaxgrpo.counting import CountingConfig, make_trainer, progress_listener
+
+    heard = []
+    cfg = CountingConfig(steps=2, n_prompts=2, group_size=2)
+    with progress_listener(heard.append):
+        for trainer in (make_trainer(cfg), make_trainer(cfg, progress_every=1)):
+            jax.block_until_ready(trainer.run(trainer.init(jax.random.key(0)), 0, 2))
+            jax.effects_barrier()
+            assert [int(h) for h in heard] == ([1, 2] if heard else [])
+        assert [int(h) for h in heard] == [1, 2]

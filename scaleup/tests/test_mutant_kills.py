@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import scaleup.step as step_module
 from scaleup.evaluate import evaluate_run, held_out_problems, paired_bootstrap, run_model
 from scaleup.rollout import Rollouts, sample_rollouts
 from scaleup.step import grpo_step, step_advantages
@@ -51,7 +52,7 @@ class RecordingSampler:
 
 
 def test_grpo_step_calls_its_sampler_with_seed_and_step_and_counts_lengths_by_hand(
-        policy, tokenizer):
+        policy, tokenizer, monkeypatch):
     """The sampler is woken, given the policy, asked for the step's problems with the
     run's seed and the step number, put to sleep; the step's length metrics are the mean
     response lengths of the completions the task scored right and wrong, the reward and
@@ -62,9 +63,13 @@ def test_grpo_step_calls_its_sampler_with_seed_and_step_and_counts_lengths_by_ha
     task = ParityTask()
     torch.manual_seed(0)
     opt = make_optimizer(model, cfg)
+    devices, reduce = [], step_module.all_reduce
+    monkeypatch.setattr(step_module, "all_reduce", lambda values, op="sum", device=None: (
+        devices.append(device), reduce(values, op, device))[1])
     t0 = time.perf_counter()
     m = grpo_step(model, tokenizer, opt, task, 3, cfg, stops, CPU, sampler=sampler)
     assert 0 < m["step_time_s"] <= time.perf_counter() - t0  # the step's own wall time
+    assert devices and set(devices) == {CPU}  # every reduction on the step's device
     assert sampler.calls == [
         "wake_up", ("sync", True),
         ("sample", 3, cfg.group_size, cfg.max_new_tokens, list(stops), CPU, 5, 3, False, True),
@@ -597,6 +602,7 @@ def test_sampling_config_is_the_policy_itself_field_by_field():
     cfg = sampling_config(7, [5, 6], 3)
     assert cfg.do_sample and cfg.pad_token_id == 3 and cfg.eos_token_id == [5, 6]
     assert cfg.max_new_tokens == 7 and cfg.min_new_tokens == 0
+    assert cfg.use_cache is True  # the KV cache (transformers' own default is None)
     noop = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
                 epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0,
                 no_repeat_ngram_size=0, num_beams=1)
@@ -664,6 +670,8 @@ def test_sample_rollouts_gives_generate_the_padding_mask_on_the_device(policy, t
                                enc["attention_mask"].repeat_interleave(2, 0))
     torch.testing.assert_close(kw["input_ids"], enc["input_ids"].repeat_interleave(2, 0))
     assert roll.prompt_mask.equal(kw["attention_mask"])
+    # generate pads finished rows with the tokenizer's pad token (not its eos fallback)
+    assert kw["generation_config"].pad_token_id == tokenizer.pad_token_id is not None
     meta = RecordingModel(model, stop=True)
     with pytest.raises(_Stop):
         sample_rollouts(meta, tokenizer, problems, 2, 2, stops, torch.device("meta"))
@@ -769,3 +777,85 @@ def test_eval_device_overrides_the_runs(tiny_dir, tmp_path, monkeypatch):
         with pytest.raises(_Stop):
             evaluate_run(out, n_problems=2, batch_size=2, n_samples=1, device=device)
     assert seen == ["cpu", "auto"]
+
+
+# --- the second ledger sample of 2026-12-03 (seed 34) ---
+
+
+def test_position_ids_count_real_tokens_from_0_by_hand():
+    """Left padding: positions start at 0 on the first real token (pads clamped to 0)."""
+    from scaleup.logprobs import position_ids
+
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert position_ids(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+
+
+def test_batch_from_rollouts_carries_the_samplers_logprobs():
+    """``--rollout vllm``: the sampler's log-probs go into the batch (for TIS and the
+    mismatch metrics), as do the other fields; masked by the response mask as given."""
+    from scaleup.step import Batch
+
+    ids = torch.tensor([[5, 6], [7, 8]])
+    lp = torch.tensor([[-0.5, -1.0], [-2.0, 0.0]])
+    r = Rollouts(ids, torch.ones_like(ids), ids, torch.tensor([[1, 1], [1, 0]]),
+                 torch.tensor([False, True]), ["a", "b"], [None, None], 0.1, logp_sampler=lp)
+    b = Batch.from_rollouts(r, torch.tensor([1.0, -1.0]))
+    assert b.logp_sampler is lp
+    assert b.mask.tolist() == [[1, 1], [1, 0]]
+    assert Batch.from_rollouts(r, torch.tensor([1.0, -1.0]),
+                               mask_truncated=True).mask.tolist() == [[1, 1], [0, 0]]
+
+
+def test_peak_memory_on_a_gpu_is_the_allocators_peak_in_gb(monkeypatch):
+    """On CUDA the peak is ``torch.cuda.max_memory_allocated`` in GB (a stand-in for the
+    allocator: no GPU here)."""
+    from scaleup.step import peak_memory_gb
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3_000_000_000)
+    assert peak_memory_gb(torch.device("cuda", 0)) == 3.0
+
+
+def test_finish_distributed_waits_for_every_rank_by_default(tmp_path, monkeypatch):
+    """After a normal end (the default) the ranks meet at a barrier before the group is
+    destroyed; after an error (``ok=False``) they do not (recorded, in a real 1-process
+    gloo group this call created)."""
+    import torch.distributed as dist
+
+    from scaleup.distributed import DistSetup, finish_distributed
+
+    barriers = []
+    monkeypatch.setattr(dist, "barrier", lambda: barriers.append(1))
+    for i, (kwargs, expect) in enumerate((({}, [1]), ({"ok": False}, []))):
+        barriers.clear()
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / f'store{i}'}",
+                                rank=0, world_size=1)
+        finish_distributed(DistSetup("cpu", created=True), **kwargs)
+        assert not dist.is_initialized() and barriers == expect
+
+
+def test_on_main_then_share_reraises_the_main_ranks_exception(monkeypatch):
+    """Rank 0's exception is broadcast and raised on every rank, itself (here as rank 0
+    of a stand-in 2-process group whose broadcast keeps the box as it is)."""
+    import scaleup.distributed as d
+
+    monkeypatch.setattr(d, "is_distributed", lambda: True)
+    monkeypatch.setattr(d, "is_main", lambda: True)
+    monkeypatch.setattr(d.dist, "broadcast_object_list", lambda box, src: None)
+
+    def refuse():
+        raise FileExistsError("output_dir is not empty")
+
+    with pytest.raises(FileExistsError, match="output_dir is not empty"):
+        d.on_main_then_share(refuse)
+    assert d.on_main_then_share(lambda: 7) == 7
+
+
+def test_eval_problems_names_n_and_fills_n_from_a_large_space():
+    """``n`` is checked by name; a space too large to enumerate (4-digit operands: 3e8
+    problems) still gives n distinct held-out problems, by drawing."""
+    task = ArithmeticTask(digits=4)
+    with pytest.raises(ValueError, match=r"^n must be an int >= 1, got 0$"):
+        task.eval_problems(0, 0)
+    assert task.space() > 4_000_000
+    problems = task.eval_problems(20, 0)
+    assert len({p.prompt for p in problems}) == 20
