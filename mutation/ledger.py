@@ -8,7 +8,9 @@ verdicts are recorded here, in ``mutation/ledger.json``, with what makes them va
   mutmut's keys), the SHA-256 of its source as it was when recorded and how many
   mutants mutmut made of it. mutmut makes a function's mutants from that source alone,
   so while the hash matches today's source, a recorded name is still the same mutant.
-* ``verdicts``: ``{mutant name: {"code": mutmut's exit code, "date", "commit"}}``.
+* ``verdicts``: ``{mutant name: {"code": mutmut's exit code, "date", "commit"}}``: when
+  and on which checkout (``+dirty``: with uncommitted changes) the verdict was first
+  recorded; recording the same verdict again keeps them.
 
 A verdict whose function has been edited since (its hash differs) is stale: it is not
 counted, and recording that function again drops its old verdicts (they were of other
@@ -160,10 +162,10 @@ def merge(ledger: Mapping, results: Mapping[str, Mapping[str, int | None]],
         for name, code in codes.items():
             if code is None or function_key(name) not in hashes:
                 continue
-            new = {"code": code, "date": date, "commit": commit}
-            if out["verdicts"].get(name, {}).get("code") != code:
-                changed += 1
-            out["verdicts"][name] = new
+            if out["verdicts"].get(name, {}).get("code") == code:
+                continue  # the same verdict: keep when and where it was first measured
+            changed += 1
+            out["verdicts"][name] = {"code": code, "date": date, "commit": commit}
     out["verdicts"] = dict(sorted(out["verdicts"].items()))
     out["functions"] = dict(sorted(out["functions"].items()))
     return out, changed
@@ -192,11 +194,16 @@ def overlay(ledger: Mapping, results: Mapping[str, Mapping[str, int | None]],
 
 
 def head_commit(source: Path = Path(".")) -> str:
+    """The checked-out commit, ``+dirty`` when the tree has uncommitted changes (the
+    tests that judged a mutant may be newer than the commit)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=source,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        run = [subprocess.run(["git", *cmd], cwd=source, capture_output=True, text=True,
+                              check=True).stdout.strip()
+               for cmd in (["rev-parse", "--short", "HEAD"],
+                           ["status", "--porcelain", "--untracked-files=no"])]
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return run[0] + ("+dirty" if run[1] else "")
 
 
 @contextmanager

@@ -32,6 +32,23 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'jaxgrpo.loss.x__grpo_loss__mutmut_187': (
+        'ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 1)',
+        'the fill value of masked positions of logp_ref: their (finite) KL term is masked '
+        'again by where(valid) before use, value and gradient'),
+    'jaxgrpo.loss.x_clip_metrics__mutmut_36': (
+        'clip_eps, None, "token", clip_eps_high, dual_clip, importance_level)',
+        "the beta checked for clip_metrics, which takes none: 0.0 and None both pass"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_63': (
+        'with tqdm(total=2 * len(problems), desc=None, unit="problem",',
+        "the progress bar's label: display only"),
+    'scaleup.step.x_loss_backward__mutmut_215': (
+        'if k >= 1:',
+        'with one process all_reduce is the identity: the statistics are the same'),
+    'torchref.advantages.x_gae_advantages__mutmut_32': (
+        'zero = torch.zeros((), dtype=None)',
+        "a 0-dim zero never sets the dtype of where() beside a dimensioned float tensor "
+        "(the values' dtype wins): the same tensors"),
     'scaleup.step.x_loss_backward__mutmut_251': (
         '[sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], "MAX", device=total.device)',
         "all_reduce sums only for op == 'sum': any other op, 'MAX' too, is the max"),

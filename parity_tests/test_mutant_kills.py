@@ -738,3 +738,98 @@ def test_make_trainer_reports_no_progress_by_default():
             jax.effects_barrier()
             assert [int(h) for h in heard] == ([1, 2] if heard else [])
         assert [int(h) for h in heard] == [1, 2]
+
+
+# --- the third ledger sample of 2026-12-03 (seed 35) ---
+
+
+def test_tis_cap_without_logp_sampler_is_one_exact_line(impl):
+    z = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError) as e:
+        impl.mod.grpo_loss(z, z, z, impl.array(np.zeros(1)), impl.array(np.ones((1, 2))),
+                           tis_cap=2.0)
+    assert str(e.value) == "tis_cap needs logp_sampler (N, T), the sampler's log-probs"
+
+
+def test_an_equal_group_gets_exact_zeros_beside_a_group_with_a_larger_max(impl):
+    """Rewards 0.1 x 3 in float32: r - mean is -7.5e-9, not 0, so only the per-group
+    "all equal" rule gives exact zeros (divided by std + eps it would be -0.0075); the
+    other group's larger maximum must not switch that rule off."""
+    r = np.array([[0.1, 0.1, 0.1], [0.0, 1.0, 5.0]], np.float32)
+    if impl.name == "jax":  # the test's premise (torch's mean happens to be exact here)
+        x = impl.array(r)
+        assert (np.asarray(x[0] - x[0].mean()) != 0).all()
+    for scale in ("group", "batch", "none"):
+        a = np.asarray(impl.mod.group_advantages(impl.array(r), scale_rewards=scale))
+        assert (a[0] == 0).all(), (scale, a[0])
+        assert (a[1] != 0).any()
+
+
+def test_overlong_penalty_of_integer_lengths_is_float32_under_x64(impl):
+    """Lengths are counts: the penalty is float32 (the rewards' dtype) even with JAX's
+    64-bit mode on, by hand: [4, 6, 7, 8] of max_len 8, buffer 4 -> [0, -0.5, -0.75, -1]."""
+    import jax
+
+    with jax.enable_x64(True):
+        p = impl.mod.overlong_penalty(impl.array([4, 6, 7, 8], np.int64), max_len=8, buffer=4)
+        assert str(p.dtype).endswith("float32")
+        assert np.asarray(p).tolist() == [0.0, -0.5, -0.75, -1.0]
+
+
+def test_gae_is_in_the_values_dtype_for_float64_rewards(impl):
+    """Rewards of another float dtype are cast to the values' first: float64 rewards with
+    float32 values give float32 advantages and returns, computed in float32 (by hand:
+    gamma = lam = 1, values 0, so A_t = r_t + A_{t+1} summed in float32; these rewards
+    summed in float64 and rounded after give A_0 one float32 step lower)."""
+    import jax
+
+    r64 = np.array([0.6369616873214543, 0.2697867137638703, 0.04097352393619469])
+    f = r64.astype(np.float32)
+    a2 = f[2]
+    a1 = np.float32(f[1] + a2)
+    want = np.array([np.float32(f[0] + a1), a1, a2], np.float32)
+    assert want[0] != np.float32(r64.sum()), "the test's premise"
+    with jax.enable_x64(True):
+        values = impl.array(np.zeros((1, 3)), np.float32)
+        adv, ret = impl.mod.gae_advantages(impl.array(r64[None], np.float64), values,
+                                           impl.array(np.ones((1, 3))), gamma=1.0, lam=1.0)
+        assert str(adv.dtype).endswith("float32") and str(ret.dtype).endswith("float32")
+        np.testing.assert_array_equal(np.asarray(adv)[0], want)
+
+
+def test_grpo_loss_names_entropy_and_keeps_the_log_probs_dtype(impl):
+    """A non-array entropy is named; a float64 entropy with float32 log-probs (x64 on)
+    leaves the loss in float32, its value the float32 one (entropy_coef 0.5)."""
+    import jax
+
+    z = impl.array(np.zeros((1, 2)))
+    args = (z, z, z, impl.array(np.ones(1)), impl.array(np.ones((1, 2))))
+    with pytest.raises(TypeError, match=r"^entropy must be "):
+        impl.mod.grpo_loss(*args, entropy={"not": "an array"}, entropy_coef=0.5)
+    with jax.enable_x64(True):
+        args = tuple(impl.array(np.asarray(a), np.float32) for a in args)
+        loss = impl.mod.grpo_loss(*args, entropy=impl.array(np.full((1, 2), 0.3), np.float64),
+                                  entropy_coef=0.5)
+        assert str(loss.dtype).endswith("float32")
+        assert float(loss) == pytest.approx(-1.0 - 0.5 * 0.3, rel=1e-6)
+
+
+def test_rollout_stats_ds_dropped_is_float32():
+    """Every metric of a step is float32 (the scan's history), ``ds_dropped`` too."""
+    import jax.numpy as jnp
+
+    from jaxgrpo.counting import rollout_stats
+
+    m = rollout_stats(jnp.array([1.0, 1.0, 0.0, 1.0]), jnp.ones((4, 2)),
+                      jnp.array([1.0, 1.0, 0.0, 1.0]), jnp.array([2.0, 2.0, 2.0, 2.0]), 2,
+                      jnp.array([1, 0]))
+    assert m["ds_dropped"].dtype == jnp.float32
+    assert {k: v.dtype for k, v in m.items() if v.dtype != jnp.float32} == {}
+    import jax
+
+    with jax.enable_x64(True):  # float32 inputs: float32 metrics in 64-bit mode too
+        m = rollout_stats(jnp.array([1.0, 1.0, 0.0, 1.0], jnp.float32),
+                          jnp.ones((4, 2), jnp.float32), jnp.array([1.0, 1.0, 0.0, 1.0],
+                                                                   jnp.float32),
+                          jnp.full(4, 2.0, jnp.float32), 2, jnp.array([1, 0]))
+        assert {k: v.dtype for k, v in m.items() if v.dtype != jnp.float32} == {}

@@ -53,6 +53,9 @@ def test_runs_add_up_and_an_edit_voids_only_its_function(tree: Path):
     # run 1 judges f's mutants 1 and 2 and m's 1; run 2 (a new mutants/) judges f's 3
     assert ledger.record(_results(f1=1, f2=0, f3=None, m1=1), path, tree) == 3
     assert ledger.record(_results(f1=None, f2=None, f3=1, m1=None), path, tree) == 1
+    stamp = ledger.read(path)["verdicts"]["pkg.mod.x_f__mutmut_1"]
+    assert ledger.record(_results(f1=1, f2=None, f3=None, m1=None), path, tree) == 0
+    assert ledger.read(path)["verdicts"]["pkg.mod.x_f__mutmut_1"] == stamp  # kept as first made
     data = ledger.read(path)
     assert {n: v["code"] for n, v in data["verdicts"].items()} == {
         "pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 0,

@@ -859,3 +859,107 @@ def test_eval_problems_names_n_and_fills_n_from_a_large_space():
     assert task.space() > 4_000_000
     problems = task.eval_problems(20, 0)
     assert len({p.prompt for p in problems}) == 20
+
+
+# --- the third ledger sample of 2026-12-03 (seed 35) ---
+
+
+def test_eval_problems_falls_back_to_the_whole_split(monkeypatch):
+    """When the draws keep finding the same problems (a stand-in ``_draw`` that always
+    gives one), the rest of the split is enumerated: asked for the split's size, the
+    whole split of 2-digit ``a + b`` (a, b in 0..99), each once."""
+    from scaleup.tasks import held_out
+
+    task = ArithmeticTask(digits=2, operators="+")
+    split = {(a, "+", b) for a in range(100) for b in range(100) if held_out(a, "+", b)}
+    first = min(split)
+    monkeypatch.setattr(ArithmeticTask, "_draw", lambda self, rng, evaluation: first)
+    got = task.eval_problems(len(split), seed=0)
+    want = {f"What is {a} + {b}?" for a, _, b in split}
+    assert {p.prompt.split("?")[0] + "?" for p in got} == want and len(got) == len(split)
+
+
+def test_arithmetic_messages_name_digits_and_n():
+    with pytest.raises(ValueError, match=r"^digits must be an int >= 1, got 0$"):
+        ArithmeticTask(digits=0)
+    with pytest.raises(ValueError, match=r"^n must be an int >= 1, got 0$"):
+        ArithmeticTask().sample(0, 0, 0)
+
+
+def test_make_task_gives_gsm8k_the_fallback_option(tmp_path):
+    from scaleup.tasks import make_task
+
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text(json.dumps({"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"})
+                    + "\n")
+    assert make_task("gsm8k", data_path=str(data), fallback_last_number=True
+                     ).fallback_last_number is True
+    assert make_task("gsm8k", data_path=str(data)).fallback_last_number is False
+
+
+def test_answers_match_is_false_when_math_verify_raises(monkeypatch):
+    """math-verify's own errors (and timeouts) are no match, never an exception."""
+    import scaleup.tasks as tasks
+
+    def broken():
+        def parse(*a, **k):
+            raise RuntimeError("math-verify failed")
+        return parse, parse, object, object
+
+    monkeypatch.setattr(tasks, "_math_verify", broken)
+    assert tasks.answers_match("4", "4") is False
+
+
+def test_run_model_decodes_the_token_budget_given(policy, tokenizer):
+    """Evaluation's ``max_new_tokens`` reaches ``generate``."""
+    model, stops = policy
+    rec = RecordingModel(model)
+    problems = [Problem("What is 1 + 1?", "2")]
+    run_model(rec, tokenizer, ParityTask(), problems, 3, 1, stops, CPU)
+    assert [kw["generation_config"].max_new_tokens for kw in rec.seen] == [3]
+
+
+def test_the_entropy_bonus_acts_at_coef_1(monkeypatch):
+    """``entropy_coef`` 1 adds ``-1 * mean entropy`` to the loss (through a stand-in
+    forward whose entropy is 1 everywhere: the loss moves by exactly -1), as 0.5 moves it
+    by -0.5."""
+    import scaleup.step as step
+
+    def logprobs(model_, mb, chunk, with_entropy, forward=None, entropy_grad=False):
+        x = model_(torch.ones(len(mb), mb.mask.shape[1], 1)).squeeze(-1) - 2.0
+        return x, torch.ones_like(x)
+
+    monkeypatch.setattr(step, "_mb_logprobs", logprobs)
+    z = torch.zeros(2, 3, dtype=torch.long)
+    batch = step.Batch(z, torch.ones_like(z), z, torch.ones(2, 3), torch.tensor([1.0, -1.0]))
+    loss = {c: step.loss_backward(torch.nn.Linear(1, 1), batch,
+                                  small_cfg(entropy_coef=c))["loss"] for c in (0.0, 0.5, 1.0)}
+    assert loss[0.5] - loss[0.0] == pytest.approx(-0.5, abs=1e-6)
+    assert loss[1.0] - loss[0.0] == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_tensors_made_for_the_data_go_on_the_datas_device(monkeypatch):
+    """Tensors built beside a given one take its device, not the default device: with
+    the default device set to "meta", ``truncated_rows`` of CPU ids still works, and
+    ``all_gather_cat`` (a stand-in 2-process gather that copies this rank's tensor)
+    builds its padded buffer on the CPU."""
+    import scaleup.distributed as d
+    from scaleup.rollout import truncated_rows
+
+    ids = torch.tensor([[5, 1, 2], [3, 4, 4]])
+    with torch.device("meta"):
+        assert truncated_rows(ids, [5, 9]).tolist() == [False, True]
+    devices = []
+
+    def gather(out, t):
+        devices.append(t.device)
+        for o in out:
+            o.copy_(t)
+
+    monkeypatch.setattr(d, "is_distributed", lambda: True)
+    monkeypatch.setattr(d, "world_size", lambda: 2)
+    monkeypatch.setattr(d.dist, "all_gather", gather)
+    x = torch.tensor([1.0, 2.0])
+    with torch.device("meta"):
+        out = d.all_gather_cat(x)
+    assert devices == [CPU, CPU] and out.device == CPU
