@@ -706,17 +706,23 @@ def test_the_reductions_are_made_on_the_data_device(monkeypatch):
     assert devices == [CPU, CPU, CPU]
     devices.clear()
     monkeypatch.setattr(step, "world_size", lambda: 2)
+    sums = step.loss_backward(torch.nn.Linear(1, 1), _stub_forward_batch(step, monkeypatch),
+                              small_cfg())
+    assert devices and all(d == CPU for d in devices), devices
+    assert math.isnan(sums["kl"])  # no logp_ref: the KL is not measured
 
+
+def _stub_forward_batch(step, monkeypatch):
+    """A 2-row batch (3 tokens each, advantages +-1) and, in place of the model's
+    forward, log-probs from a linear layer and an entropy of 1 everywhere: for
+    ``loss_backward`` tests where only its own arithmetic matters."""
     def logprobs(model_, mb, chunk, with_entropy, forward=None, entropy_grad=False):
         x = model_(torch.ones(len(mb), mb.mask.shape[1], 1)).squeeze(-1) - 2.0
         return x, torch.ones_like(x)
 
     monkeypatch.setattr(step, "_mb_logprobs", logprobs)
     z = torch.zeros(2, 3, dtype=torch.long)
-    batch = step.Batch(z, torch.ones_like(z), z, torch.ones(2, 3), torch.tensor([1.0, -1.0]))
-    sums = step.loss_backward(torch.nn.Linear(1, 1), batch, small_cfg())
-    assert devices and all(d == CPU for d in devices), devices
-    assert math.isnan(sums["kl"])  # no logp_ref: the KL is not measured
+    return step.Batch(z, torch.ones_like(z), z, torch.ones(2, 3), torch.tensor([1.0, -1.0]))
 
 
 def test_peak_memory_on_the_cpu_is_the_peak_rss_in_kibibytes():
@@ -925,13 +931,7 @@ def test_the_entropy_bonus_acts_at_coef_1(monkeypatch):
     by -0.5."""
     import scaleup.step as step
 
-    def logprobs(model_, mb, chunk, with_entropy, forward=None, entropy_grad=False):
-        x = model_(torch.ones(len(mb), mb.mask.shape[1], 1)).squeeze(-1) - 2.0
-        return x, torch.ones_like(x)
-
-    monkeypatch.setattr(step, "_mb_logprobs", logprobs)
-    z = torch.zeros(2, 3, dtype=torch.long)
-    batch = step.Batch(z, torch.ones_like(z), z, torch.ones(2, 3), torch.tensor([1.0, -1.0]))
+    batch = _stub_forward_batch(step, monkeypatch)
     loss = {c: step.loss_backward(torch.nn.Linear(1, 1), batch,
                                   small_cfg(entropy_coef=c))["loss"] for c in (0.0, 0.5, 1.0)}
     assert loss[0.5] - loss[0.0] == pytest.approx(-0.5, abs=1e-6)
