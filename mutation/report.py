@@ -452,7 +452,15 @@ def main(argv: list[str] | None = None) -> None:
         if not args.mutants.is_dir():
             raise SystemExit(f"error: --record needs mutmut's results, but --mutants "
                              f"{args.mutants} is not a folder: run `.venv/bin/mutmut run` first")
-        n = ledger.record(load(args.mutants), args.ledger)
+        made = load(args.mutants)
+        sources = [Path(m.replace(".", "/") + ".py") for m in made]
+        stale = [str(src) for src in sources if src.is_file()
+                 and src.stat().st_mtime > (args.mutants / src).stat().st_mtime]
+        if stale:
+            raise SystemExit(f"error: --record: {', '.join(stale)} changed since mutmut made "
+                             f"its mutants in {args.mutants}/, so their verdicts may be of "
+                             "older code: run `.venv/bin/mutmut run` first")
+        n = ledger.record(made, args.ledger)
         print(f"recorded {n} new or changed verdicts in {args.ledger}")
         recorded = ledger.read(args.ledger)
     results = load(args.mutants) if args.mutants.is_dir() else {}

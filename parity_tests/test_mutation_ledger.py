@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,22 @@ def test_the_committed_ledger_reads_and_its_table_adds_up():
         assert all(c is None or c == valid[n] for n, c in codes.items()), module
     recorded = {ledger.function_key(n) for n in data["verdicts"]}
     assert recorded <= set(data["functions"])
+
+
+def test_record_refuses_mutants_older_than_their_source(tree: Path, monkeypatch):
+    """A module edited after mutmut made its mutants: its verdicts may be of older code,
+    so --record stops with one line naming it (and records once mutmut has run again)."""
+    monkeypatch.chdir(tree)
+    made = tree / "mutants" / "pkg"
+    made.mkdir(parents=True)
+    (made / "mod.py").write_text(SRC)
+    (made / "mod.py.meta").write_text(json.dumps(
+        {"exit_code_by_key": {"pkg.mod.x_f__mutmut_1": 1}}))
+    os.utime(made / "mod.py", (1_000_000_000, 1_000_000_000))  # made long ago
+    with pytest.raises(SystemExit) as e:
+        report.main(["--record", "--ledger", "ledger.json"])
+    assert str(e.value).startswith("error: --record: pkg/mod.py changed since mutmut made")
+    assert not (tree / "ledger.json").exists()
+    os.utime(made / "mod.py")  # mutmut ran again: now newer than the source
+    report.main(["--record", "--ledger", "ledger.json"])
+    assert ledger.read(tree / "ledger.json")["verdicts"]["pkg.mod.x_f__mutmut_1"]["code"] == 1
