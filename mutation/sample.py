@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0 < args.share <= 1:
         raise SystemExit(f"error: share must lie in (0, 1], got {args.share}")
+    if not args.mutants.is_dir():
+        raise SystemExit(f"error: --mutants {args.mutants} is not a folder: make the mutants "
+                         'first, `.venv/bin/mutmut run "jaxgrpo.loss.x_grpo_loss__mutmut_1"`')
     results = load(args.mutants)
     unknown = [m for m in args.modules if m not in results]
     if unknown:
