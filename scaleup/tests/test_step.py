@@ -37,10 +37,11 @@ def _grads(model):
 @pytest.mark.parametrize("agg", ["token", "seq", "constant"])
 def test_accumulated_gradient_equals_the_full_batch_gradient(policy, agg):
     model, _ = policy
+    gen = torch.Generator().manual_seed(0)  # not the global RNG: other tests move it
     with torch.no_grad():  # a non-zero adapter, so that every LoRA weight gets a gradient
         for name, p in model.named_parameters():
             if "lora_B" in name:
-                p.normal_(0, 0.1)
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
     batch = _random_batch()
     cfg = small_cfg(agg=agg, micro_batch_size=4, beta=0.1)
     batch.logp_old, _ = batch_logprobs(model, batch, 6, 3)
@@ -60,8 +61,14 @@ def test_accumulated_gradient_equals_the_full_batch_gradient(policy, agg):
     got = _grads(model)
     assert stats["loss"] == pytest.approx(float(full.detach()), abs=1e-6)
     assert 0 < stats["clip_ratio/region_mean"] < 1
+    # Micro-batches sum each gradient entry in another order: float32 rounding of the
+    # tensor's scale, not of each entry (an entry can be a near-cancelling sum). Over 12
+    # adapter draws x 3 aggregations the largest difference was 18 eps * max|grad|
+    # (2.1e-7); the bound allows 64 (a wrong micro-batch weight moves entries by percents).
+    eps = torch.finfo(torch.float32).eps
     for name in want:
-        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4,
+                                   atol=64 * eps * float(want[name].abs().max()))
     assert any(w.abs().max() > 0 for w in want.values())
 
 
