@@ -130,6 +130,9 @@ def test_sample_draws_only_what_is_not_judged(tree: Path, monkeypatch, capsys):
     monkeypatch.setattr(sample, "load", lambda root: _results(
         f1=None, f2=None, f3=None, f4=None, m1=None))
     monkeypatch.setattr(ledger, "LEDGER", path)
+    with pytest.raises(SystemExit, match="--mutants mutants is not a folder: make the mutants"):
+        sample.main(["1.0", "pkg.mod", "--ledger", str(path)])
+    (tree / "mutants").mkdir()
     sample.main(["1.0", "pkg.mod", "--ledger", str(path)])
     # f1, f2 judged in the ledger; m1's "no tests" is drawn again
     assert capsys.readouterr().out.split() == [

@@ -52,10 +52,11 @@ LOSS_CASES = [
 
 
 def _nonzero_adapter(model):
+    gen = torch.Generator().manual_seed(0)  # not the global RNG: other tests move it
     with torch.no_grad():  # a non-zero adapter, so that every LoRA weight gets a gradient
         for name, p in model.named_parameters():
             if "lora_B" in name:
-                p.normal_(0, 0.1)
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
 
 
 def _off_policy(model, batch):
