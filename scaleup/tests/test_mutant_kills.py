@@ -16,7 +16,7 @@ import torch
 
 import scaleup.step as step_module
 from scaleup.evaluate import evaluate_run, held_out_problems, paired_bootstrap, run_model
-from scaleup.rollout import Rollouts, sample_rollouts
+from scaleup.rollout import Rollouts, chat_prompts, sample_rollouts
 from scaleup.step import grpo_step, step_advantages
 from scaleup.tasks import EVAL_SHARE, ArithmeticTask, Problem, TaskError
 from scaleup.tests.conftest import ParityTask, small_cfg
@@ -663,9 +663,8 @@ def test_sample_rollouts_gives_generate_the_padding_mask_on_the_device(policy, t
     rec = RecordingModel(model)
     roll = sample_rollouts(rec, tokenizer, problems, 2, 2, stops, CPU, greedy=True)
     (kw,) = rec.seen
-    enc = tokenizer([p for p in scaleup_chat_prompts(tokenizer, problems)],
-                    return_tensors="pt", padding=True, padding_side="left",
-                    add_special_tokens=False)
+    enc = tokenizer(chat_prompts(tokenizer, problems), return_tensors="pt", padding=True,
+                    padding_side="left", add_special_tokens=False)
     assert (enc["attention_mask"] == 0).any(), "the test's premise: one prompt is padded"
     torch.testing.assert_close(kw["attention_mask"],
                                enc["attention_mask"].repeat_interleave(2, 0))
@@ -678,12 +677,6 @@ def test_sample_rollouts_gives_generate_the_padding_mask_on_the_device(policy, t
         sample_rollouts(meta, tokenizer, problems, 2, 2, stops, torch.device("meta"))
     (kw,) = meta.seen
     assert kw["input_ids"].device.type == kw["attention_mask"].device.type == "meta"
-
-
-def scaleup_chat_prompts(tokenizer, problems):
-    from scaleup.rollout import chat_prompts
-
-    return chat_prompts(tokenizer, problems)
 
 
 def test_the_reductions_are_made_on_the_data_device(monkeypatch):
