@@ -120,7 +120,7 @@ def check_grpo_loss(
     if not isinstance(agg, str) or agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
     c = scalar_or_none(clip_eps)
-    if c is not None and not (0.0 < c < 1.0):
+    if clip_eps is None or (c is not None and not (0.0 < c < 1.0)):
         raise ValueError(f"clip_eps must lie in (0, 1), got {clip_eps!r}")
     if clip_eps_high is not None:
         h = scalar_or_none(clip_eps_high)
@@ -128,7 +128,7 @@ def check_grpo_loss(
             raise ValueError(
                 f"clip_eps_high must be a finite number > 0 (or None), got {clip_eps_high!r}")
     b = scalar_or_none(beta)
-    if b is not None and not (b >= 0.0 and math.isfinite(b)):
+    if beta is None or (b is not None and not (b >= 0.0 and math.isfinite(b))):
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
     if dual_clip is not None:
         d = scalar_or_none(dual_clip)
@@ -147,7 +147,7 @@ def check_grpo_loss(
         raise ValueError(f"dual_clip bounds the clipped objective: it needs loss_mode "
                          f"'vanilla', got loss_mode {loss_mode!r}")
     ec = scalar_or_none(entropy_coef)
-    if ec is not None and not (ec >= 0.0 and math.isfinite(ec)):
+    if entropy_coef is None or (ec is not None and not (ec >= 0.0 and math.isfinite(ec))):
         raise ValueError(f"entropy_coef must be a finite number >= 0, got {entropy_coef!r}")
     q = scalar_or_none(top_entropy_quantile)
     if q is None or not (0.0 < q <= 1.0):

@@ -80,8 +80,8 @@ def reinforce_gradient(
     theta, rewards = as_float_array("theta", theta), as_float_array("rewards", rewards)
     check_bandit(theta.shape, rewards.shape)
     n = check_positive_int("n", n)
-    b = scalar_or_none(baseline)
-    if b is not None and not math.isfinite(b):
+    b = scalar_or_none(baseline)  # None: traced (under jit), checked when concrete
+    if baseline is None or jnp.ndim(baseline) != 0 or (b is not None and not math.isfinite(b)):
         raise ValueError(f"baseline must be a finite number, got {baseline!r}")
     if not isinstance(rng, jax.Array) or not (
         jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or rng.shape == (2,)
@@ -101,8 +101,8 @@ def reinforce_gradients(theta: jax.Array, rewards: jax.Array, n: int, baseline: 
     theta, rewards = as_float_array("theta", theta), as_float_array("rewards", rewards)
     check_bandit(theta.shape, rewards.shape)
     n = check_positive_int("n", n)
-    b = scalar_or_none(baseline)
-    if b is None or not math.isfinite(b):
+    b = scalar_or_none(baseline)  # None: traced (under jit), checked when concrete
+    if baseline is None or jnp.ndim(baseline) != 0 or (b is not None and not math.isfinite(b)):
         raise ValueError(f"baseline must be a finite number, got {baseline!r}")
     if not isinstance(keys, jax.Array) or keys.ndim != 1 or not jnp.issubdtype(
             keys.dtype, jax.dtypes.prng_key):

@@ -254,8 +254,12 @@ def test_torch_learns_on_several_seeds(seed):
 
 
 def test_vmapped_seed_equals_the_single_run():
-    single = jaxgrpo.train_counting(seed=5, steps=20)
-    batched = jaxgrpo.train_counting(seed=0, steps=20, seeds=[9, 5])
+    """A seed run in a vmapped batch is the run of that seed alone, also for a seed above
+    2^31 (seeds are uint32 keys), for the steps asked."""
+    big = 2**31 + 5
+    single = jaxgrpo.train_counting(seed=big, steps=20)
+    batched = jaxgrpo.train_counting(seed=0, steps=20, seeds=[9, big])
+    assert single["mean_reward"].shape == (20,) and batched["mean_reward"].shape == (2, 20)
     for k in single:
         np.testing.assert_allclose(batched[k][1], single[k], rtol=1e-5, atol=1e-6, err_msg=k)
     assert not np.allclose(batched["mean_reward"][0], single["mean_reward"])

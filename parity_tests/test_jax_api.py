@@ -29,6 +29,8 @@ def test_every_public_function_works_under_jit():
         (jaxgrpo.expected_reward, (theta, r)),
         (jaxgrpo.exact_policy_gradient, (theta, r)),
         (lambda t, rw, b, k: jaxgrpo.reinforce_gradient(t, rw, 16, b, k), (theta, r, 0.5, key)),
+        (lambda t, rw, b, ks: jaxgrpo.reinforce_gradients(t, rw, 16, b, ks),
+         (theta, r, 0.5, jax.random.split(key, 3))),
         (functools.partial(jaxgrpo.group_advantages, std_norm=False), (jnp.ones((2, 4)),)),
         (functools.partial(jaxgrpo.grpo_loss, agg="seq"),
          (lp, lp, lp, jnp.ones(2), jnp.ones((2, 3)), 0.2, 0.05)),

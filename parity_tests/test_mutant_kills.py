@@ -48,7 +48,8 @@ def test_select_groups_and_group_rows_by_hand(impl):
     assert rows.tolist() == [9, 10, 11, 3, 4, 5]
 
 
-@pytest.mark.parametrize("baseline", [None, float("nan"), float("inf")])
+@pytest.mark.parametrize("baseline", [None, float("nan"), float("inf"), np.array([0.1, 0.2])],
+                         ids=["None", "nan", "inf", "vector"])
 def test_reinforce_gradients_refuses_a_baseline_that_is_not_a_finite_number(baseline):
     import jax
 
@@ -66,7 +67,8 @@ def test_reinforce_gradients_refuses_keys_that_are_not_a_1d_key_array():
 
     for keys in (np.zeros(2), jax.random.split(jax.random.key(0), 4).reshape(2, 2),
                  jax.numpy.zeros(2)):
-        with pytest.raises(TypeError, match="keys must be a 1-D array of JAX PRNG keys"):
+        with pytest.raises(TypeError, match=r"^keys must be a 1-D array of JAX PRNG keys "
+                                            r"\(jax.random.split\(key, R\)\)$"):
             jaxgrpo.reinforce_gradients(np.zeros(3), np.ones(3), 4, 0.0, keys)
 
 
@@ -833,3 +835,254 @@ def test_rollout_stats_ds_dropped_is_float32():
                                                                    jnp.float32),
                           jnp.full(4, 2.0, jnp.float32), 2, jnp.array([1, 0]))
         assert {k: v.dtype for k, v in m.items() if v.dtype != jnp.float32} == {}
+
+
+# --- the ledger sample of 2026-12-03, seed 36 (10%) ---
+
+
+@pytest.mark.parametrize("baseline", [None, float("nan"), float("inf"), np.array([0.1, 0.2])],
+                         ids=["None", "nan", "inf", "vector"])
+def test_reinforce_gradient_refuses_a_baseline_that_is_not_a_finite_number(impl, baseline):
+    """One estimate, as the many: ``None``, nan, inf and a vector are refused by name
+    (the JAX one let ``None`` through to ``jnp.asarray``'s own error, and a vector into
+    the estimate)."""
+    with pytest.raises(ValueError, match=r"^baseline must be a finite number, got "):
+        impl.mod.reinforce_gradient(impl.array(np.zeros(3)), impl.array(np.ones(3)), 4,
+                                    baseline, impl.rng(0))
+
+
+def test_reinforce_gradient_takes_a_legacy_uint32_key_and_refuses_other_arrays():
+    """``jax.random.PRNGKey(0)`` (a raw (2,) uint32 key) draws what ``jax.random.key(0)``
+    draws, so both give the same estimate; a (3,) uint32 array is not a key."""
+    import jax
+
+    import jaxgrpo
+
+    theta, rewards = np.array([0.3, -0.2, 0.1]), np.array([1.0, 0.0, 2.0])
+    typed = jaxgrpo.reinforce_gradient(theta, rewards, 64, 0.5, jax.random.key(0))
+    legacy = jaxgrpo.reinforce_gradient(theta, rewards, 64, 0.5, jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(np.asarray(legacy), np.asarray(typed))
+    with pytest.raises(TypeError, match=r"^rng must be a JAX PRNG key, got "):
+        jaxgrpo.reinforce_gradient(theta, rewards, 64, 0.5,
+                                   jax.numpy.zeros(3, jax.numpy.uint32))
+
+
+def test_gae_names_its_argument_and_shape(impl):
+    """Each of rewards, values and mask that is not an array is named; 1-D rewards are
+    reported with their shape."""
+    z = impl.array(np.zeros((2, 3)))
+    for i, name in enumerate(("rewards", "values", "mask")):
+        args = [z, z, z]
+        args[i] = "not an array"
+        with pytest.raises(TypeError, match=rf"^{name} must be "):
+            impl.mod.gae_advantages(*args)
+    one_d = impl.array(np.zeros(3))
+    with pytest.raises(ValueError,
+                       match=r"^rewards must be 2-D \(N, T\), got shape \(3,\)$"):
+        impl.mod.gae_advantages(one_d, one_d, one_d)
+
+
+def test_reinforce_pp_keeps_the_rewards_dtype(impl):
+    """float16 rewards give float16 advantages, and float32 rewards float32 ones with
+    64-bit mode on: eps, a NumPy float64 here, is cast to the rewards' dtype and never
+    promotes them."""
+    import jax
+
+    for dtype in (np.float16, np.float32):
+        with jax.enable_x64(dtype == np.float32):
+            r = impl.array([0.0, 1.0, 1.0, 0.5], dtype)
+            a = impl.mod.reinforce_pp_advantages(r, eps=np.float64(1e-3))  # not weakly typed
+            assert str(a.dtype).endswith(np.dtype(dtype).name), (dtype, a.dtype)
+
+
+def test_make_train_reports_no_progress_by_default():
+    """``make_train(cfg)`` without ``progress_every`` reports nothing to a listener."""
+    import jax
+
+    from jaxgrpo.counting import CountingConfig, make_train, progress_listener
+
+    heard = []
+    with progress_listener(heard.append):
+        _, metrics = jax.jit(make_train(CountingConfig(steps=2, n_prompts=2, group_size=2)))(
+            jax.random.key(0))
+        jax.block_until_ready(metrics)
+        jax.effects_barrier()
+    assert heard == []
+
+
+def test_check_grpo_loss_defaults_are_valid_options():
+    """``grpospec.check_grpo_loss`` called with its own defaults (the spec's defaults of
+    ``grpo_loss``) accepts well-formed shapes."""
+    from grpospec import check_grpo_loss
+
+    s = (2, 3)
+    assert check_grpo_loss(s, s, s, (2,), s, 0.2, 0.0, "token", None) is None
+
+
+def test_task_reward_and_token_entropy_are_float32_under_x64():
+    """Rewards and masks of every task, and the entropy of float32 logits, are float32
+    (as documented) with 64-bit mode on too."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgrpo.counting import task_reward, token_entropy
+
+    with jax.enable_x64(True):
+        prompts = jnp.array([1, 2], jnp.int32)
+        completions = jnp.array([[2, 3, 8], [3, 8, 8]], jnp.int32)
+        for task in ("counting", "sparse", "variable"):
+            rewards, mask, _, _ = task_reward(task, prompts, completions)
+            assert (rewards.dtype, mask.dtype) == (jnp.float32, jnp.float32), task
+        ent = token_entropy(jnp.zeros((2, 4), jnp.float32))
+        assert ent.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(ent), np.log(4.0), rtol=1e-6)
+
+
+def test_grpo_loss_names_every_array_argument():
+    """Each of the five arrays of ``jaxgrpo.grpo_loss``, given a non-array, is named."""
+    import jaxgrpo
+
+    z, one = np.zeros((1, 2)), np.ones((1, 2))
+    for i, name in enumerate(("logp_new", "logp_old", "logp_ref", "adv", "mask")):
+        args = [z, z, z, np.ones(1), one]
+        args[i] = {"not": "an array"}
+        with pytest.raises(TypeError, match=rf"^{name} must be an array, got dict$"):
+            jaxgrpo.grpo_loss(*args)
+
+
+def test_clip_metrics_count_only_negative_advantages_below_and_strictly_beyond_c(impl):
+    """``clip_ratio/low_mean`` counts ratio < 1 - eps only where A < 0 (A = 0 is not
+    clipped); ``pg_clipfrac_lower`` counts ratio > c strictly: at ratio = c exactly
+    (exp(log 2) = 2 in float64) the dual-clip bound equals the clipped term."""
+    import jax
+
+    with jax.enable_x64(True):
+        old = impl.array(np.zeros((1, 3)), np.float64)
+        new = impl.array([[np.log(0.5), np.log(0.5), np.log(2.0)]], np.float64)
+        adv = impl.array([[0.0, -1.0, -1.0]], np.float64)
+        mask = impl.array(np.ones((1, 3)), np.float64)
+        m = impl.mod.clip_metrics(new, old, adv, mask, 0.2, dual_clip=2.0)
+        assert float(m["clip_ratio/low_mean"]) == pytest.approx(1 / 3)
+        assert float(m["pg_clipfrac_lower"]) == 0.0
+        new = impl.array([[0.0, 0.0, np.log(2.0) + 1e-9]], np.float64)
+        m = impl.mod.clip_metrics(new, old, adv, mask, 0.2, dual_clip=2.0)
+        assert float(m["pg_clipfrac_lower"]) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("clip_eps", [1.5, -0.1, None])
+def test_clip_metrics_check_clip_eps(impl, clip_eps):
+    z = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match=r"^clip_eps must lie in \(0, 1\)"):
+        impl.mod.clip_metrics(z, z, impl.array(np.ones(1)), impl.array(np.ones((1, 2))),
+                              clip_eps)
+
+
+def test_group_advantages_of_integer_rewards_are_those_of_the_floats(impl):
+    """Integer 0/1 rewards are promoted to the default float: the same advantages as the
+    float rewards (torch's mean/std refuse integer tensors)."""
+    ints = impl.array([[0, 1, 1, 0], [1, 1, 1, 0]], np.int64)
+    floats = impl.array([[0, 1, 1, 0], [1, 1, 1, 0]], np.float32)
+    got = impl.numpy(impl.mod.group_advantages(ints))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, impl.numpy(impl.mod.group_advantages(floats)), rtol=1e-6)
+
+
+def test_torch_grpo_loss_names_an_integer_logp_new():
+    import torch
+
+    import torchref
+
+    z = torch.zeros(1, 2)
+    with pytest.raises(TypeError, match=r"^logp_new must be a floating-point tensor, got "
+                                        r"dtype torch.int64$"):
+        torchref.grpo_loss(torch.zeros(1, 2, dtype=torch.int64), z, z, torch.ones(1),
+                           torch.ones(1, 2))
+
+
+@pytest.mark.parametrize("option,message", [
+    ("clip_eps", r"^clip_eps must lie in \(0, 1\), got None$"),
+    ("beta", r"^beta must be a finite number >= 0, got None$"),
+    ("entropy_coef", r"^entropy_coef must be a finite number >= 0, got None$")])
+def test_grpo_loss_refuses_none_for_a_number_option(impl, option, message):
+    """``None`` is not a number: one line naming the option (it reached ``1 - None`` or
+    ``jnp.asarray(None)`` before), though a traced value (under ``jit``) is let through."""
+    z = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match=message):
+        impl.mod.grpo_loss(z, z, z, impl.array(np.ones(1)), impl.array(np.ones((1, 2))),
+                           entropy=z, **{option: None})
+
+
+def test_check_grpo_loss_defaults_are_both_grpo_losses_defaults():
+    """The spec's check has the defaults of both ``grpo_loss``s for every option they
+    share (one place: a default the check alone changed would judge other values)."""
+    import inspect
+
+    import jaxgrpo
+    import torchref
+    from grpospec import check_grpo_loss
+
+    check = {k: p.default for k, p in inspect.signature(check_grpo_loss).parameters.items()
+             if p.default is not inspect.Parameter.empty}
+    assert len(check) >= 10
+    for fn in (jaxgrpo.grpo_loss, torchref.grpo_loss):
+        own = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+        shared = {k: v for k, v in check.items() if k in own}
+        assert shared == {k: own[k] for k in shared}, fn.__module__
+        assert set(check) - set(shared) <= {"entropy", "logp_sampler"}  # shapes there
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"clip_eps": 1.0}, r"^clip_eps must lie in \(0, 1\), got 1.0$"),
+    ({"clip_eps_high": 0.0},
+     r"^clip_eps_high must be a finite number > 0 \(or None\), got 0.0$"),
+    ({"dual_clip": 1.0}, r"^dual_clip must be a finite number > 1 \(or None\), got 1.0$"),
+    ({"top_entropy_quantile": 1.5}, r"^top_entropy_quantile must lie in \(0, 1\], got 1.5$"),
+    ({"entropy_coef": 0.1, "entropy": None},
+     r"^entropy \(N, T\), the per-token entropy of the training forward, is needed for "
+     r"entropy_coef > 0 or top_entropy_quantile < 1$")])
+def test_grpo_loss_refuses_each_options_boundary_value(impl, options, message):
+    """The first value outside each option's range, refused in one exact line."""
+    z = impl.array(np.zeros((1, 2)))
+    options = {"entropy": z, **options}
+    with pytest.raises(ValueError, match=message):
+        impl.mod.grpo_loss(z, z, z, impl.array(np.ones(1)), impl.array(np.ones((1, 2))),
+                           **options)
+
+
+def test_grpo_loss_names_a_logp_ref_of_the_wrong_shape(impl):
+    z = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match=r"^logp_ref must have the shape of logp_new \(1, 2\), "
+                                        r"got \(1, 3\)$"):
+        impl.mod.grpo_loss(z, z, impl.array(np.zeros((1, 3))), impl.array(np.ones(1)),
+                           impl.array(np.ones((1, 2))))
+
+
+def test_reinforce_estimates_keep_thetas_dtype_for_a_numpy_baseline():
+    """A NumPy float64 baseline (not weakly typed) is cast to theta's dtype: float32
+    estimates under x64 too, one and many."""
+    import jax
+
+    import jaxgrpo
+
+    with jax.enable_x64(True):
+        theta = jax.numpy.zeros(3, jax.numpy.float32)
+        rewards = jax.numpy.ones(3, jax.numpy.float32)
+        one = jaxgrpo.reinforce_gradient(theta, rewards, 8, np.float64(0.5), jax.random.key(0))
+        many = jaxgrpo.reinforce_gradients(theta, rewards, 8, np.float64(0.5),
+                                           jax.random.split(jax.random.key(0), 2))
+        assert one.dtype == many.dtype == jax.numpy.float32
+
+
+def test_tis_cap_of_exactly_one_is_accepted(impl):
+    """``tis_cap`` = 1 is the smallest cap allowed: each token's weight is
+    min(exp(logp_old - logp_sampler), 1); identical policies, A = +1, ratio 1: the
+    token-mean loss is -mean(w) = -(1 + e^-1) / 2 for gaps 0.5 and -1."""
+    import jax
+
+    with jax.enable_x64(True):
+        z = impl.array(np.zeros((1, 2)), np.float64)
+        sampler = impl.array([[-0.5, 1.0]], np.float64)
+        loss = impl.mod.grpo_loss(z, z, z, impl.array(np.ones(1), np.float64),
+                                  impl.array(np.ones((1, 2)), np.float64),
+                                  logp_sampler=sampler, tis_cap=1.0)
+        assert float(loss) == pytest.approx(-(1 + math.exp(-1)) / 2, rel=1e-12)

@@ -957,3 +957,135 @@ def test_tensors_made_for_the_data_go_on_the_datas_device(monkeypatch):
     with torch.device("meta"):
         out = d.all_gather_cat(x)
     assert devices == [CPU, CPU] and out.device == CPU
+
+
+# --- the ledger sample of 2026-12-03, seed 36 (10%) ---
+
+
+class _ConstantTask(ParityTask):
+    """ParityTask's problems, every completion scored ``value``."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def score(self, completion, problem):
+        return self.value
+
+
+@pytest.mark.parametrize("value", [0, 1])
+def test_grpo_step_length_of_a_kind_no_completion_has_is_nan(policy, tokenizer, value):
+    """All completions right: the mean length of the wrong ones is nan (there are none),
+    that of the right ones the mean response length; all wrong: the other way round."""
+    model, stops = policy
+    cfg = small_cfg(prompts_per_step=2, seed=1)
+    torch.manual_seed(0)
+    m = grpo_step(model, tokenizer, make_optimizer(model, cfg), _ConstantTask(value), 0, cfg,
+                  stops, CPU)
+    assert m["mean_reward"] == value
+    present, absent = ("len_correct", "len_incorrect")[::1 if value else -1]
+    assert math.isnan(m[absent]) and 1 <= m[present] <= cfg.max_new_tokens
+
+
+def test_wrap_ddp_gives_a_gpu_rank_without_an_index_the_current_device(monkeypatch):
+    """``cuda`` with no index: DDP gets the current CUDA device (recorded, not built)."""
+    import scaleup.distributed as D
+
+    made = []
+    monkeypatch.setattr(D, "is_distributed", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(D, "DistributedDataParallel",
+                        lambda module, device_ids: made.append(device_ids))
+    D.wrap_ddp(torch.nn.Linear(2, 2), torch.device("cuda"))
+    assert made == [[3]]
+
+
+def test_extract_answer_drops_the_comma_after_the_last_number():
+    """The fallback's last number keeps its thousands separators but not a comma that
+    ends it ("12," of "is 12, so"), and not the spaces around it."""
+    from scaleup.tasks import extract_answer
+
+    assert extract_answer("so the total is 1,200, I think", True) == "1,200"
+    assert extract_answer("the answer is 12,", True) == "12"
+    assert extract_answer("the answer is 12,", False) is None
+
+
+def test_exploit_flags_count_reasoning_outside_the_boxed_answers_only():
+    """The boxed answer's own characters are not reasoning: a long boxed number with
+    short text around it is flagged; exactly ``min_reasoning_chars`` characters of text
+    are enough, one fewer are not."""
+    from scaleup.tasks import exploit_flags
+
+    long_box = "\\boxed{" + "1" * 30 + "}"
+    assert exploit_flags("so " + long_box, False) == ["no_reasoning"]
+    assert exploit_flags("a" * 20 + " " + long_box, False) == []
+    assert exploit_flags("a" * 19 + " " + long_box, False) == ["no_reasoning"]
+    assert exploit_flags("abcd \\boxed{1}", False, min_reasoning_chars=4) == []
+
+
+def test_eval_problems_fallback_honours_min_digits(monkeypatch):
+    """The enumeration that fills the split when draws repeat starts at the smallest
+    operand of ``min_digits`` digits: for 2-digit operands, every held-out ``a + b`` with
+    a, b in 10..99 and nothing else (``_draw`` replaced by one that always repeats)."""
+    from scaleup.tasks import held_out
+
+    task = ArithmeticTask(digits=2, min_digits=2, operators="+")
+    split = {(a, "+", b) for a in range(10, 100) for b in range(10, 100) if held_out(a, "+", b)}
+    first = min(split)
+    monkeypatch.setattr(ArithmeticTask, "_draw", lambda self, rng, evaluation: first)
+    got = task.eval_problems(len(split) + 50, seed=0)
+    want = {f"What is {a} + {b}?" for a, _, b in split}
+    assert {p.prompt.split("?")[0] + "?" for p in got} == want and len(got) == len(split)
+
+
+def test_make_task_defaults_are_the_train_configs_and_options_reach_the_task(tmp_path):
+    """``make_task``'s defaults are ``TrainConfig``'s (one place for the run's task);
+    ``fallback_last_number`` reaches the arithmetic task; gsm8k without data is one line."""
+    from scaleup.config import TrainConfig
+    from scaleup.tasks import make_task
+
+    cfg = TrainConfig(model="unused")
+    task = make_task("arithmetic")
+    assert (task.digits, task.operators, task.fallback_last_number) == (
+        cfg.digits, cfg.operators, cfg.fallback_last_number) == (2, "+-*", False)
+    problem = Problem("What is 5 + 7?", "12")
+    assert make_task("arithmetic", fallback_last_number=True).score("5 + 7 is 12", problem) == 1
+    assert make_task("arithmetic").score("5 + 7 is 12", problem) == 0
+    with pytest.raises(TaskError, match=r"^task 'gsm8k' needs a data file \(--data PATH to "
+                                        r"a GSM8K JSONL file\)$"):
+        make_task("gsm8k")
+
+
+def test_answers_match_reads_the_boxed_answer_as_latex_only():
+    """What is inside the box is parsed as LaTeX only: ``\\boxed{3 & 4}`` is not the
+    answer 4, nor ``\\boxed{= 3}`` the answer 3 (math-verify's default extraction would
+    fall back to the last plain expression and match both)."""
+    from scaleup.tasks import answers_match
+
+    assert not answers_match("3 & 4", "4")
+    assert not answers_match("= 3", "3")
+    assert answers_match("3", "3") and answers_match("\\frac{1}{2}", "0.5")
+
+
+def test_init_distributed_without_torch_distributed_is_one_line(monkeypatch):
+    import torch.distributed as dist
+
+    from scaleup.distributed import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"^WORLD_SIZE > 1 but this torch build has no "
+                                           r"torch.distributed$"):
+        init_distributed("cpu")
+
+
+def test_update_restores_the_dropout_rng_on_the_steps_device(policy, tokenizer, monkeypatch):
+    """The first inner epoch replays the old pass's random stream on the step's device
+    (the rank's own GPU in a K-GPU run; recorded here on the CPU)."""
+    model, stops = policy
+    cfg = small_cfg(prompts_per_step=2, seed=1)
+    devices, restore = [], step_module.rng_restore
+    monkeypatch.setattr(step_module, "rng_restore", lambda snap, device: (
+        devices.append(device), restore(snap, device))[1])
+    torch.manual_seed(0)
+    grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg, stops, CPU)
+    assert devices == [CPU]
