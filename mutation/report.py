@@ -316,6 +316,68 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'if len(seen) < n and self.space() < 4_000_000:  # a small space: take all of it',
         'no options give a space of exactly 4,000,000: it is (10^d - low)^2 x k with low '
         '0 or 10^(m-1) and k <= 3 operators'),
+    'scaleup.distributed.x_all_gather_cat__mutmut_37': (
+        'return torch.cat([p[:int(s)] for p, s in zip(parts, sizes, strict=None)])',
+        'zip(strict=None) of the gathered parts and their sizes: one of each per rank'),
+    'scaleup.rollout.x_sample_rollouts__mutmut_65': (
+        'if device.type == "CUDA":',
+        'CUDA only, and timing only: the synchronize before the clock starts'),
+    'scaleup.tasks.xǁArithmeticTaskǁeval_problems__mutmut_32': (
+        'if len(seen) < n and self.space() <= 4000001:  # a small space: take all of it',
+        'no options give a space of 4,000,001: it is (10^d - low)^2 x k with low 0 or '
+        '10^(m-1) and k <= 3 operators'),
+    'scaleup.tasks.xǁArithmeticTaskǁeval_problems__mutmut_45': (
+        'ops = sorted(set(self.operators), key=None)',
+        "the enumeration's operator order, alphabetical or as given, both fixed: the "
+        'same whole split; a partial fill picks other (equally held-out) problems'),
+    'torchref.loss.x_value_loss__mutmut_22': (
+        'err = torch.where(valid, values - returns.detach(), torch.zeros((), dtype=None))',
+        'a float32 0-dim zero in torch.where with a dimensioned tensor takes that '
+        "tensor's dtype (0-dim tensors do not promote)"),
+    'jaxgrpo.counting.x_train_counting__mutmut_11': (
+        '_, metrics = _compiled_train(cfg, None)(jax.random.key(int(seed)))',
+        'None is falsy: the unbatched program (in a second cache entry)'),
+    'scaleup.step.x_micro_batch_weight__mutmut_6': (
+        'normaliser = loss_normaliser(total_mask, agg, None)',
+        "the placeholder flag dropped from the normaliser only: a placeholder's weight is "
+        'its local count 0 over any normaliser (>= 1 / K), 0 either way'),
+    'torchref.counting.x_grpo_update__mutmut_46': (
+        'entropy = token_entropy(logits) if (cfg.needs_entropy) or True else None',
+        'entropies computed when not needed: grpo_loss reads them only for an entropy '
+        'bonus or a top-entropy mask (skipped at coef 0 and quantile 1), the same loss '
+        'and gradient'),
+    'jaxgrpo.counting.x_grpo_update__mutmut_120': (
+        '_update_epoch, state, None, length=cfg.inner_epochs, unroll=False)',
+        "scan's unroll is a compilation choice: the same inner epochs in the same order"),
+    'jaxgrpo.counting.x_grpo_update__mutmut_55': (
+        'if (cfg.needs_entropy) or True else None)',
+        'entropies computed when not needed: grpo_loss reads them only for an entropy '
+        'bonus or a top-entropy mask (skipped at coef 0 and quantile 1), the same loss '
+        'and gradient'),
+    'jaxgrpo.loss.x__clip_metrics__mutmut_21': (
+        'a = adv.astype(None)',
+        'the advantages enter the clip shares only through their signs (a < 0, a > 0): '
+        'the same in any float dtype'),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_154': (
+        '- jnp.where(valid, logp_sampler, 1).astype(dtype))',
+        'the fill value of masked positions of the TIS gap: they are masked again before '
+        'use'),
+    'torchref.loss.x__masked_log_ratio__mutmut_4': (
+        'zero = torch.zeros((), dtype=logp_new.dtype, device=None)',
+        'a 0-dim CPU tensor joins tensors of any device in torch.where (as a scalar): '
+        'the same values on a GPU'),
+    'torchref.loss.x_grpo_loss__mutmut_72': (
+        'zero = torch.zeros((), dtype=logp_new.dtype, )',
+        'a 0-dim CPU tensor joins tensors of any device in torch.where (as a scalar): '
+        'the same values on a GPU'),
+    'torchref.loss.x_grpo_loss__mutmut_131': (
+        'surrogate = torch.where(a <= 0, torch.maximum(surrogate, dual_clip * a), surrogate)',
+        'at A = 0 the surrogate and the dual-clip bound are both 0 and the surrogate has no '
+        'gradient: the same value and gradient'),
+    'jaxgrpo.advantages.x__gae__mutmut_39': (
+        'zeros = jnp.zeros_like(v[:, 1])',
+        "v[:, 1] has the shape and dtype of v[:, 0] (JAX clamps the index when T = 1: "
+        "test_gae_of_one_step_is_the_reward_minus_the_value passes): the same zeros"),
     'grpospec.checks.x_check_grpo_loss__mutmut_9': (
         'sapo_temperature_pos: Any = 2.0,',
         "the check's own default, only range-checked (2.0 is valid too); both grpo_loss "

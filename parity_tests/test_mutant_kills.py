@@ -967,6 +967,11 @@ def test_clip_metrics_count_only_negative_advantages_below_and_strictly_beyond_c
         new = impl.array([[0.0, 0.0, np.log(2.0) + 1e-9]], np.float64)
         m = impl.mod.clip_metrics(new, old, adv, mask, 0.2, dual_clip=2.0)
         assert float(m["pg_clipfrac_lower"]) == pytest.approx(1 / 3)
+        # ratio exactly 1 + clip_eps_high (exp(log 1.25) = 1.25) with A > 0: not clipped
+        new = impl.array([[np.log(1.25), np.log(1.25) + 1e-9, 0.0]], np.float64)
+        m = impl.mod.clip_metrics(new, old, impl.array([[1.0, 1.0, 1.0]], np.float64), mask,
+                                  0.2, clip_eps_high=0.25)
+        assert float(m["clip_ratio/high_mean"]) == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize("clip_eps", [1.5, -0.1, None])
@@ -1086,3 +1091,170 @@ def test_tis_cap_of_exactly_one_is_accepted(impl):
                                   impl.array(np.ones((1, 2)), np.float64),
                                   logp_sampler=sampler, tis_cap=1.0)
         assert float(loss) == pytest.approx(-(1 + math.exp(-1)) / 2, rel=1e-12)
+
+
+# --- the ledger sample of 2026-12-03, seed 37 (10%) ---
+
+
+def test_gae_of_one_step_is_the_reward_minus_the_value(impl):
+    """T = 1: A = r - V (nothing after the only step), the return r."""
+    adv, ret = impl.mod.gae_advantages(impl.array([[1.0], [0.0]]), impl.array([[0.25], [0.5]]),
+                                       impl.array([[1.0], [1.0]]))
+    np.testing.assert_allclose(impl.numpy(adv), [[0.75], [-0.5]], rtol=1e-6)
+    np.testing.assert_allclose(impl.numpy(ret), [[1.0], [0.0]], rtol=1e-6)
+
+
+def test_gae_keeps_the_values_dtype_for_numpy_gamma_and_lambda(impl):
+    """NumPy float64 gamma and lambda (not weakly typed) do not promote float32 values'
+    advantages under x64."""
+    import jax
+
+    with jax.enable_x64(True):
+        x = impl.array(np.ones((1, 3)), np.float32)
+        adv, ret = impl.mod.gae_advantages(x, x * 0.5, x, gamma=np.float64(0.9),
+                                           lam=np.float64(0.8))
+        assert str(adv.dtype).endswith("float32") and str(ret.dtype).endswith("float32")
+
+
+def test_expected_reward_names_theta():
+    import jaxgrpo
+
+    with pytest.raises(TypeError, match=r"^theta must be an array, got str$"):
+        jaxgrpo.expected_reward("not an array", np.ones(3))
+
+
+def test_torch_counting_prompts_cover_the_whole_vocabulary(monkeypatch):
+    """The torch trainer's prompts are uniform over all 8 tokens: over 10 steps of 16
+    prompts each token appears (a token missing has probability about 8 x (7/8)^160)."""
+    import torchref.counting as tc
+
+    seen = set()
+    sample = tc.CounterPolicy.sample
+
+    def recording(self, prompts, gen):
+        seen.update(prompts.tolist())
+        return sample(self, prompts, gen)
+
+    monkeypatch.setattr(tc.CounterPolicy, "sample", recording)
+    tc.train_counting(seed=0, steps=10)
+    assert seen == set(range(tc.VOCAB_SIZE))
+
+
+def test_rollout_lengths_with_one_completion_of_a_kind(impl):
+    """One correct completion among four: ``len_correct`` is its length; one incorrect:
+    ``len_incorrect`` is its length (no nan for a kind that has exactly one)."""
+    from importlib import import_module
+
+    counting = import_module(f"{impl.mod.__name__}.counting")
+    lengths = impl.array([2.0, 3.0, 4.0, 5.0])
+    mask = impl.array(np.ones((4, 5)))
+    for correct, key, want in (([0, 1, 0, 0], "len_correct", 3.0),
+                               ([1, 1, 0, 1], "len_incorrect", 4.0)):
+        c = impl.array(np.array(correct, bool), bool)
+        m = counting.rollout_stats(impl.array(np.array(correct, np.float32)), mask, c,
+                                   lengths, 2, None)
+        assert float(m[key]) == want, key
+
+
+def test_scalar_or_none_converts_numpy_and_0d_array_scalars():
+    """Concrete scalars that are not Python numbers (NumPy scalars, 0-d arrays) are
+    values, checked as such; only what cannot be converted (a tracer, a vector) is
+    unknown. So a NumPy clip_eps out of range is refused."""
+    import jax.numpy as jnp
+
+    from grpospec import scalar_or_none
+
+    assert scalar_or_none(np.float32(0.5)) == 0.5
+    assert scalar_or_none(np.array(0.25)) == 0.25 and scalar_or_none(jnp.asarray(2.0)) == 2.0
+    assert scalar_or_none(np.ones(2)) is None
+
+
+def test_grpo_loss_refuses_a_numpy_clip_eps_out_of_range(impl):
+    z = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match=r"^clip_eps must lie in \(0, 1\)"):
+        impl.mod.grpo_loss(z, z, z, impl.array(np.ones(1)), impl.array(np.ones((1, 2))),
+                           clip_eps=np.float64(1.5))
+
+
+def test_top_entropy_mask_and_gspo_keep_float32_under_x64(impl):
+    """float32 inputs with 64-bit mode on: the loss stays float32 with a top-entropy
+    mask and with GSPO's sequence ratio (their 0/1 weights are cast to the loss dtype)."""
+    import jax
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        new, old = (impl.array(rng.normal(size=(2, 3)) * 0.1, np.float32) for _ in range(2))
+        adv = impl.array([1.0, -1.0], np.float32)
+        mask = impl.array([[1, 1, 0], [1, 1, 1]], np.float32)
+        ent = impl.array(rng.uniform(size=(2, 3)), np.float32)
+        for kw in ({"top_entropy_quantile": 0.5, "entropy": ent},
+                   {"importance_level": "sequence"}):
+            loss = impl.mod.grpo_loss(new, old, old, adv, mask, **kw)
+            assert str(loss.dtype).endswith("float32"), kw
+
+
+def test_grpo_loss_keeps_logp_news_dtype_for_a_float64_logp_old(impl):
+    """float32 logp_new with float64 logp_old (and ref): the loss is float32, the value
+    that of all-float32 inputs."""
+    import jax
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(1)
+        new64, old64 = rng.normal(size=(2, 3)) * 0.1, rng.normal(size=(2, 3)) * 0.1
+        new = impl.array(new64, np.float32)
+        adv, mask = impl.array([1.0, -1.0], np.float32), impl.array(np.ones((2, 3)), np.float32)
+        mixed = impl.mod.grpo_loss(new, impl.array(old64, np.float64),
+                                   impl.array(old64, np.float64), adv, mask)
+        plain = impl.mod.grpo_loss(new, impl.array(old64, np.float32),
+                                   impl.array(old64, np.float32), adv, mask)
+        assert str(mixed.dtype).endswith("float32")
+        assert float(mixed) == pytest.approx(float(plain), rel=1e-6)
+
+
+def test_torch_grpo_loss_names_each_tensor_argument():
+    import torch
+
+    import torchref
+
+    z = torch.zeros(1, 2)
+    for i, name in enumerate(("logp_new", "logp_old", "logp_ref", "adv", "mask")):
+        args = [z, z, z, torch.ones(1), torch.ones(1, 2)]
+        args[i] = [[0.0, 0.0]]
+        with pytest.raises(TypeError, match=rf"^{name} must be a torch.Tensor, got list$"):
+            torchref.grpo_loss(*args)
+
+
+def test_make_trainer_builds_the_policy_for_the_configs_length():
+    """A completion length other than the default (3 for 5): the policy's position
+    table has one row per position of the config's length."""
+    import jax
+
+    from jaxgrpo.counting import CountingConfig, make_trainer
+
+    cfg = CountingConfig(steps=1, n_prompts=2, group_size=2, completion_length=3)
+    assert cfg.length == 3
+    state = make_trainer(cfg).init(jax.random.key(0))
+    assert state.ref["pos_emb"]["embedding"].value.shape[0] == 3
+
+
+def test_make_train_passes_its_batch_sharding_to_the_trainer():
+    """``make_train(cfg, batch_sharding)`` compiles the trainer's sharding constraints:
+    its lowered program holds more ``sharding_constraint``s than the plain one (over a
+    mesh of this process's one device, where the values are the same)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from grpospec import CountingConfig
+    from jaxgrpo.counting import make_train
+    from jaxgrpo.sharding import make_mesh
+
+    cfg = CountingConfig(steps=1, n_prompts=2, group_size=2)
+    keys = jax.vmap(jax.random.key)(jnp.asarray([0], jnp.uint32))
+    batch = NamedSharding(make_mesh(1, 1), P("data"))
+
+    def constraints(train):
+        return jax.jit(jax.vmap(train)).lower(keys).as_text().count("sharding_constraint")
+
+    assert constraints(make_train(cfg, batch_sharding=batch)) > constraints(make_train(cfg))

@@ -1089,3 +1089,99 @@ def test_update_restores_the_dropout_rng_on_the_steps_device(policy, tokenizer, 
     torch.manual_seed(0)
     grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg, stops, CPU)
     assert devices == [CPU]
+
+
+# --- the ledger sample of 2026-12-03, seed 37 (10%) ---
+
+
+def test_check_divisible_is_one_exact_line():
+    from scaleup.config import ConfigError
+    from scaleup.distributed import check_divisible
+
+    with pytest.raises(ConfigError, match=r"^prompts_per_step \(--prompts-per-step\) = 3 must "
+                       r"be divisible by the number of processes \(2\): each process samples "
+                       r"whole groups of an equal share of the prompts$"):
+        check_divisible(small_cfg(prompts_per_step=3), 2)
+    check_divisible(small_cfg(prompts_per_step=4), 2)
+
+
+def test_held_out_problems_refuses_an_overlap_in_one_line(monkeypatch):
+    """The guard against a future change: were the training draws to give evaluation
+    problems (a stand-in ``sample`` here), the run stops naming how many."""
+    cfg = small_cfg(steps=1, prompts_per_step=2, seed=0)
+    task = task_of(cfg)
+    clash = task.eval_problems(3, cfg.seed)[:2]
+    monkeypatch.setattr(ArithmeticTask, "sample", lambda self, n, seed, step, stream=0: clash)
+    with pytest.raises(RuntimeError, match=r"^2 evaluation problems were also trained on$"):
+        held_out_problems(cfg, 3)
+
+
+def test_digit_task_names_n():
+    from scaleup.tasks import DigitTask
+
+    with pytest.raises(ValueError, match=r"^n must be an int >= 1, got 0$"):
+        DigitTask().sample(0, 0, 0)
+
+
+def test_loss_backward_clip_shares_use_clip_eps_high(policy):
+    """The step's ``clip_ratio/high_mean`` is the share of positive-advantage tokens whose
+    ratio passes ``1 + clip_eps_high`` (0.5 here), not ``1 + clip_eps`` (0.2): the whole
+    batch's ``torchref.clip_metrics`` with the high bound, which differs from the
+    symmetric one on these ratios (e^+-0.8)."""
+    from scaleup.step import batch_logprobs, loss_backward
+    from scaleup.tests.test_step import _random_batch
+    from torchref import clip_metrics
+
+    model, _ = policy
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+    batch = _random_batch(seed=4)
+    batch.adv = batch.adv.abs()
+    cfg = small_cfg(micro_batch_size=4, beta=0.0, clip_eps=0.2, clip_eps_high=0.5)
+    gen = torch.Generator().manual_seed(3)
+    lp0, _ = batch_logprobs(model, batch, 6, 3)
+    batch.logp_old = lp0 - 0.8 * (2 * torch.rand(lp0.shape, generator=gen) - 1)
+    batch.logp_ref = None
+    model.zero_grad()
+    stats = loss_backward(model, batch, cfg)
+    lp = lp0.detach()
+    high = clip_metrics(lp, batch.logp_old, batch.adv, batch.mask, 0.2, 0.5)
+    symmetric = clip_metrics(lp, batch.logp_old, batch.adv, batch.mask, 0.2, None)
+    assert float(high["clip_ratio/high_mean"]) != float(symmetric["clip_ratio/high_mean"])
+    assert stats["clip_ratio/high_mean"] == pytest.approx(float(high["clip_ratio/high_mean"]),
+                                                          abs=1e-6)
+
+
+def test_local_count_counts_by_default_and_a_placeholder_as_zero():
+    from scaleup.step import local_count
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert (local_count(mask, "token"), local_count(mask, "seq")) == (3.0, 2.0)
+    assert local_count(mask, "token", placeholder=True) == 0.0
+
+
+def test_all_reduce_builds_its_tensor_on_the_device_given(monkeypatch):
+    """With a process group the values travel as one float64 tensor on the device asked
+    for (NCCL reduces only GPU tensors): the "meta" device, recorded by a stand-in
+    reduction (no group here)."""
+    import torch.distributed as dist
+
+    import scaleup.distributed as D
+
+    seen = []
+
+    class Recorded(Exception):
+        pass
+
+    def recording(t, op=None):
+        seen.append((t.device.type, t.dtype, tuple(t.shape)))
+        raise Recorded
+
+    monkeypatch.setattr(D, "is_distributed", lambda: True)
+    monkeypatch.setattr(dist, "all_reduce", recording)
+    with pytest.raises(Recorded):
+        D.all_reduce([1, 2.5], device="meta")
+    assert seen == [("meta", torch.float64, (2,))]
