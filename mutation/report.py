@@ -378,6 +378,16 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'zeros = jnp.zeros_like(v[:, 1])',
         "v[:, 1] has the shape and dtype of v[:, 0] (JAX clamps the index when T = 1: "
         "test_gae_of_one_step_is_the_reward_minus_the_value passes): the same zeros"),
+    'scaleup.evaluate.x_held_out_problems__mutmut_46': (
+        'return task.sample(n, cfg.seed, 1), {"rule": "none: the digit task has one prompt"}',
+        "DigitTask.sample never reads its step (one constant instruction)"),
+    'scaleup.rollout.x_sample_rollouts__mutmut_53': (
+        'if device.type == "CUDA":',
+        'CUDA only, and timing only: the synchronize before the clock starts'),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_23': (
+        'use_cache=None).last_hidden_state',
+        "use_cache None takes the model config's True: this one forward also builds a KV "
+        'cache that is dropped, memory only; the same hidden states'),
     'grpospec.checks.x_check_grpo_loss__mutmut_9': (
         'sapo_temperature_pos: Any = 2.0,',
         "the check's own default, only range-checked (2.0 is valid too); both grpo_loss "

@@ -1258,3 +1258,23 @@ def test_make_train_passes_its_batch_sharding_to_the_trainer():
         return jax.jit(jax.vmap(train)).lower(keys).as_text().count("sharding_constraint")
 
     assert constraints(make_train(cfg, batch_sharding=batch)) > constraints(make_train(cfg))
+
+
+# --- the ledger sample of 2026-12-03, seed 38 (2%) ---
+
+
+def test_seeds_to_list_takes_one_seed_and_refuses_none():
+    from jaxgrpo.counting import seeds_to_list
+
+    assert seeds_to_list(0, [5]) == [5] and seeds_to_list(3, 2) == [3, 4]
+    with pytest.raises(ValueError, match=r"^seeds must hold at least one seed, got an empty "
+                                        r"sequence$"):
+        seeds_to_list(0, [])
+
+
+def test_kl_estimate_defaults_to_k3_by_hand(impl):
+    """kind defaults to k3: exp(ref - new) - (ref - new) - 1 per token."""
+    new, ref = np.array([[-1.0, -2.0]]), np.array([[-1.5, -1.0]])
+    d = ref - new
+    got = impl.numpy(impl.mod.kl_estimate(impl.array(new), impl.array(ref)))
+    np.testing.assert_allclose(got, np.exp(d) - d - 1, rtol=1e-6)

@@ -1185,3 +1185,55 @@ def test_all_reduce_builds_its_tensor_on_the_device_given(monkeypatch):
     with pytest.raises(Recorded):
         D.all_reduce([1, 2.5], device="meta")
     assert seen == [("meta", torch.float64, (2,))]
+
+
+# --- the ledger sample of 2026-12-03, seed 38 (2%) ---
+
+
+def test_held_out_is_the_documented_hash_rule():
+    """The split must not move between versions (a later ``eval`` regenerates it): the
+    first 8 bytes of blake2b("a op b"), big-endian, 0 modulo EVAL_SHARE, as documented,
+    for every 1- and 2-digit sum; about a tenth of them."""
+    import hashlib
+
+    from scaleup.tasks import held_out
+
+    def rule(a, op, b):
+        digest = hashlib.blake2b(f"{a} {op} {b}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % EVAL_SHARE == 0
+
+    got = [held_out(a, "+", b) for a in range(100) for b in range(100)]
+    assert got == [rule(a, "+", b) for a in range(100) for b in range(100)]
+    assert 800 < sum(got) < 1200
+
+
+def test_global_reward_stats_reduce_the_extremes_by_max(monkeypatch):
+    """The max and the negated min travel in one all-reduce by ``max`` (the count, sum
+    and squares by ``sum``): recorded by a stand-in that reduces nothing."""
+    from scaleup.step import global_reward_stats
+
+    ops = []
+
+    def recording(values, op="sum", device=None):
+        ops.append(op)
+        return [float(v) for v in values]
+
+    monkeypatch.setattr(step_module, "all_reduce", recording)
+    global_reward_stats(torch.tensor([0.0, 1.0, 1.0]))
+    assert ops == ["sum", "sum", "max"]
+
+
+def test_torch_rloo_names_a_non_tensor_in_one_line():
+    import torchref
+
+    with pytest.raises(TypeError, match=r"^rewards must be a torch.Tensor, got list$"):
+        torchref.rloo_advantages([[0.0, 1.0]])
+
+
+def test_init_distributed_without_torchrun_creates_nothing(monkeypatch):
+    """No WORLD_SIZE > 1: the run's own device, and no group was created (so
+    ``finish_distributed`` destroys nothing)."""
+    from scaleup.distributed import DistSetup, init_distributed
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert init_distributed("cpu") == DistSetup("cpu", created=False)
