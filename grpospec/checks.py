@@ -46,6 +46,12 @@ def check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def check_kl_estimator(name: str, value: Any) -> None:
+    """``value`` must be one of ``KL_ESTIMATORS`` (a str); the message names ``name``."""
+    if not isinstance(value, str) or value not in KL_ESTIMATORS:
+        raise ValueError(f"{name} must be one of {KL_ESTIMATORS}, got {value!r}")
+
+
 def check_bandit(theta_shape: Sequence[int], rewards_shape: Sequence[int]) -> None:
     """theta and rewards are both 1-D of the same length K >= 1."""
     if len(theta_shape) != 1:
@@ -139,8 +145,7 @@ def check_grpo_loss(
             f"importance_level must be one of {IMPORTANCE_LEVELS}, got {importance_level!r}")
     if max_len is not None:
         check_positive_int("max_len", max_len)
-    if not isinstance(kl_estimator, str) or kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+    check_kl_estimator("kl_estimator", kl_estimator)
     if not isinstance(loss_mode, str) or loss_mode not in LOSS_MODES:
         raise ValueError(f"loss_mode must be one of {LOSS_MODES}, got {loss_mode!r}")
     if dual_clip is not None and loss_mode != "vanilla":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from grpospec import check_grpo_loss, check_same_shape, scalar_or_none
+from grpospec import check_grpo_loss, check_kl_estimator, check_same_shape, scalar_or_none
 from jaxgrpo._arrays import as_array, as_float_array
 
 
@@ -53,6 +53,7 @@ def kl_estimate(logp_new: jax.Array, logp_ref: jax.Array, kind: str = "k3") -> j
     >>> [round(float(kl_estimate(new, ref, k)[0]), 4) for k in ("k1", "k2", "k3")]
     [0.5, 0.125, 0.1065]
     """
+    check_kl_estimator("kind", kind)
     r = logp_new - logp_ref
     if kind == "k1":
         return r

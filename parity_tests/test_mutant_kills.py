@@ -5,6 +5,7 @@ exact messages), against ``--impl=jax|torch`` where both have it."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -1278,3 +1279,31 @@ def test_kl_estimate_defaults_to_k3_by_hand(impl):
     d = ref - new
     got = impl.numpy(impl.mod.kl_estimate(impl.array(new), impl.array(ref)))
     np.testing.assert_allclose(got, np.exp(d) - d - 1, rtol=1e-6)
+
+
+# --- the two gaps the seed-38 sample left, closed (2026-12-03) ---
+
+
+@pytest.mark.parametrize("kind", ["k4", "K3", "kl", "", None])
+def test_kl_estimate_refuses_an_unknown_kind_in_one_line(impl, kind):
+    """An unknown kind was silently k3 in both frameworks; now one line names it."""
+    x = impl.array(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match=r"^kind must be one of \('k1', 'k2', 'k3'\), got "
+                                         + re.escape(repr(kind)) + "$"):
+        impl.mod.kl_estimate(x, x, kind)
+
+
+def test_kl_estimate_accepts_each_known_kind_by_hand(impl):
+    new, ref = np.array([[-1.0]]), np.array([[-1.5]])
+    got = [float(impl.numpy(impl.mod.kl_estimate(impl.array(new), impl.array(ref), k))[0, 0])
+           for k in ("k1", "k2", "k3")]
+    np.testing.assert_allclose(got, [0.5, 0.125, np.exp(-0.5) - 1 + 0.5], rtol=1e-6)
+
+
+def test_torch_rloo_names_a_non_tensor_in_one_line():
+    """Moved from scaleup/tests: mutants of torchref run parity_tests only (conftest.py's
+    MUTATION_SKIPS), which is why the message mutant survived there."""
+    import torchref
+
+    with pytest.raises(TypeError, match=r"^rewards must be a torch.Tensor, got list$"):
+        torchref.rloo_advantages([[0.0, 1.0]])

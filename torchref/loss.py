@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from grpospec import check_grpo_loss, check_same_shape
+from grpospec import check_grpo_loss, check_kl_estimator, check_same_shape
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -35,6 +35,7 @@ def kl_estimate(logp_new: torch.Tensor, logp_ref: torch.Tensor, kind: str = "k3"
                 ) -> torch.Tensor:
     """Per-token estimate of KL(pi_new || pi_ref), ``r = new - ref``: ``"k1"`` = r,
     ``"k2"`` = r^2 / 2, ``"k3"`` = exp(-r) - 1 + r (verl: kl, mse, low_var_kl)."""
+    check_kl_estimator("kind", kind)
     r = logp_new - logp_ref
     if kind == "k1":
         return r

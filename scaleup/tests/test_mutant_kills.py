@@ -1223,13 +1223,6 @@ def test_global_reward_stats_reduce_the_extremes_by_max(monkeypatch):
     assert ops == ["sum", "sum", "max"]
 
 
-def test_torch_rloo_names_a_non_tensor_in_one_line():
-    import torchref
-
-    with pytest.raises(TypeError, match=r"^rewards must be a torch.Tensor, got list$"):
-        torchref.rloo_advantages([[0.0, 1.0]])
-
-
 def test_init_distributed_without_torchrun_creates_nothing(monkeypatch):
     """No WORLD_SIZE > 1: the run's own device, and no group was created (so
     ``finish_distributed`` destroys nothing)."""
