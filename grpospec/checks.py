@@ -17,13 +17,14 @@ KL_ESTIMATORS = ("k1", "k2", "k3")  # verl: "kl", "mse", "low_var_kl"
 LOSS_MODES = ("vanilla", "cispo", "sapo", "gpg")  # verl's policy_loss.loss_mode names
 
 
-def scalar_or_none(x: Any) -> float | None:
+def scalar_or_none(x: Any, name: str = "value") -> float | None:
     """``float(x)`` when ``x`` is a concrete scalar, ``None`` when it is not known yet.
 
     JAX tracers raise on conversion; we then skip value checks (shapes are still checked).
+    A bool is refused with a ``TypeError`` naming ``name`` (the option it was given for).
     """
     if isinstance(x, bool):
-        raise TypeError(f"expected a number, got bool {x!r}")
+        raise TypeError(f"{name} must be a number, got bool {x!r}")
     if isinstance(x, (int, float)):
         return float(x)
     try:
@@ -74,7 +75,7 @@ def check_group_rewards(rewards_shape: Sequence[int], eps: Any) -> None:
     if rewards_shape[1] < 1:
         raise ValueError(
             f"rewards must have at least one sample per group, got G = {rewards_shape[1]}")
-    e = scalar_or_none(eps)
+    e = scalar_or_none(eps, "eps")
     if e is not None and not (e >= 0 and math.isfinite(e)):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
 
@@ -125,19 +126,19 @@ def check_grpo_loss(
         )
     if not isinstance(agg, str) or agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
-    c = scalar_or_none(clip_eps)
+    c = scalar_or_none(clip_eps, "clip_eps")
     if clip_eps is None or (c is not None and not (0.0 < c < 1.0)):
         raise ValueError(f"clip_eps must lie in (0, 1), got {clip_eps!r}")
     if clip_eps_high is not None:
-        h = scalar_or_none(clip_eps_high)
+        h = scalar_or_none(clip_eps_high, "clip_eps_high")
         if h is not None and not (h > 0.0 and math.isfinite(h)):
             raise ValueError(
                 f"clip_eps_high must be a finite number > 0 (or None), got {clip_eps_high!r}")
-    b = scalar_or_none(beta)
+    b = scalar_or_none(beta, "beta")
     if beta is None or (b is not None and not (b >= 0.0 and math.isfinite(b))):
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
     if dual_clip is not None:
-        d = scalar_or_none(dual_clip)
+        d = scalar_or_none(dual_clip, "dual_clip")
         if d is not None and not (d > 1.0 and math.isfinite(d)):
             raise ValueError(f"dual_clip must be a finite number > 1 (or None), got {dual_clip!r}")
     if not isinstance(importance_level, str) or importance_level not in IMPORTANCE_LEVELS:
@@ -151,10 +152,10 @@ def check_grpo_loss(
     if dual_clip is not None and loss_mode != "vanilla":
         raise ValueError(f"dual_clip bounds the clipped objective: it needs loss_mode "
                          f"'vanilla', got loss_mode {loss_mode!r}")
-    ec = scalar_or_none(entropy_coef)
+    ec = scalar_or_none(entropy_coef, "entropy_coef")
     if entropy_coef is None or (ec is not None and not (ec >= 0.0 and math.isfinite(ec))):
         raise ValueError(f"entropy_coef must be a finite number >= 0, got {entropy_coef!r}")
-    q = scalar_or_none(top_entropy_quantile)
+    q = scalar_or_none(top_entropy_quantile, "top_entropy_quantile")
     if q is None or not (0.0 < q <= 1.0):
         raise ValueError(f"top_entropy_quantile must lie in (0, 1], got {top_entropy_quantile!r}")
     if (ec is None or ec != 0 or q < 1.0) and entropy is None:
@@ -165,11 +166,11 @@ def check_grpo_loss(
                          f"got {_shape_str(entropy)}")
     for name, value in (("sapo_temperature_pos", sapo_temperature_pos),
                         ("sapo_temperature_neg", sapo_temperature_neg)):
-        v = scalar_or_none(value)
+        v = scalar_or_none(value, name)
         if v is not None and not (v > 0.0 and math.isfinite(v)):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     if tis_cap is not None:
-        c = scalar_or_none(tis_cap)
+        c = scalar_or_none(tis_cap, "tis_cap")
         if c is not None and not (c >= 1.0 and math.isfinite(c)):
             raise ValueError(f"tis_cap must be a finite number >= 1 (or None), got {tis_cap!r}")
         if logp_sampler is None:
@@ -193,7 +194,7 @@ def check_overlong(max_len: Any, buffer: Any, penalty: Any) -> None:
     check_positive_int("overlong_buffer", buffer)
     if buffer > max_len:
         raise ValueError(f"overlong_buffer must be <= the maximum length ({max_len}), got {buffer}")
-    p = scalar_or_none(penalty)
+    p = scalar_or_none(penalty, "overlong_penalty")
     if p is not None and not (p >= 0 and math.isfinite(p)):
         raise ValueError(f"overlong_penalty must be a finite number >= 0, got {penalty!r}")
 
@@ -216,7 +217,7 @@ def check_gae(rewards: Sequence[int], values: Sequence[int], mask: Sequence[int]
             raise ValueError(f"{name} must have the shape of rewards {_shape_str(rewards)}, "
                              f"got {_shape_str(shape)}")
     for name, value in (("gamma", gamma), ("lam", lam)):
-        v = scalar_or_none(value)
+        v = scalar_or_none(value, name)
         if v is not None and not (0.0 <= v <= 1.0):
             raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
 

@@ -59,6 +59,14 @@ def _reinforce(theta, rewards, n, baseline, key):
 _reinforce_jit = jax.jit(_reinforce, static_argnames=("n",))
 
 
+def _check_baseline(baseline) -> None:
+    """A scalar, finite when concrete (a traced one, under ``jit``, is checked for its
+    shape only)."""
+    b = scalar_or_none(baseline, "baseline")  # None: traced, or not a scalar
+    if baseline is None or jnp.ndim(baseline) != 0 or (b is not None and not math.isfinite(b)):
+        raise ValueError(f"baseline must be a finite number, got {baseline!r}")
+
+
 def reinforce_gradient(
     theta: jax.Array, rewards: jax.Array, n: int, baseline: float, rng: jax.Array
 ) -> jax.Array:
@@ -80,9 +88,7 @@ def reinforce_gradient(
     theta, rewards = as_float_array("theta", theta), as_float_array("rewards", rewards)
     check_bandit(theta.shape, rewards.shape)
     n = check_positive_int("n", n)
-    b = scalar_or_none(baseline)  # None: traced (under jit), checked when concrete
-    if baseline is None or jnp.ndim(baseline) != 0 or (b is not None and not math.isfinite(b)):
-        raise ValueError(f"baseline must be a finite number, got {baseline!r}")
+    _check_baseline(baseline)
     if not isinstance(rng, jax.Array) or not (
         jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or rng.shape == (2,)
     ):
@@ -101,9 +107,7 @@ def reinforce_gradients(theta: jax.Array, rewards: jax.Array, n: int, baseline: 
     theta, rewards = as_float_array("theta", theta), as_float_array("rewards", rewards)
     check_bandit(theta.shape, rewards.shape)
     n = check_positive_int("n", n)
-    b = scalar_or_none(baseline)  # None: traced (under jit), checked when concrete
-    if baseline is None or jnp.ndim(baseline) != 0 or (b is not None and not math.isfinite(b)):
-        raise ValueError(f"baseline must be a finite number, got {baseline!r}")
+    _check_baseline(baseline)
     if not isinstance(keys, jax.Array) or keys.ndim != 1 or not jnp.issubdtype(
             keys.dtype, jax.dtypes.prng_key):
         raise TypeError("keys must be a 1-D array of JAX PRNG keys (jax.random.split(key, R))")

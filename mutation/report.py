@@ -32,6 +32,94 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'jaxgrpo.loss.x_grpo_loss__mutmut_125': (
+        'zeros = None',
+        'the placeholders of an absent entropy and logp_sampler: the jitted loss reads '
+        'entropy only for the bonus or the top-entropy mask and logp_sampler only with '
+        'tis_cap (check_grpo_loss demands them then); jit takes None as an empty argument'),
+    'jaxgrpo.loss.x_grpo_loss__mutmut_180': (
+        'zeros if (logp_sampler is None) and False else logp_sampler, clip_eps, beta, agg, '
+        'eps_high,',
+        'logp_sampler is None only without tis_cap, when the jitted loss does not read it '
+        '(check_grpo_loss demands it otherwise); jit takes None as an empty argument'),
+    'jaxgrpo.loss.x_grpo_loss__mutmut_205': (
+        'use_tis=tis_cap is not None, tis_cap=1.0 if (tis_cap is None) and False else '
+        'tis_cap)',
+        'the placeholder cap is read only with use_tis, False exactly when tis_cap is None; '
+        'jit takes None as an empty argument'),
+    'jaxgrpo.counting.x_grpo_update__mutmut_52': (
+        'logp_new = jnp.take_along_axis(logp_new, completions[..., None], axis=-1)[..., 1]',
+        'index 1 of a size-1 axis: JAX clamps an out-of-range index to the last element, '
+        'the same element 0'),
+    'jaxgrpo.counting.x_grpo_update__mutmut_119': (
+        '_update_epoch, state, None, length=cfg.inner_epochs, )',
+        "scan's unroll is a compilation choice: the same inner epochs in the same order"),
+    'jaxgrpo.counting.x_steps_runner__mutmut_4': (
+        'steps = jnp.asarray(start_step, None) + jnp.arange(n_steps, dtype=jnp.int32)',
+        "the steps' integer dtype (int64 under x64): they only number the progress "
+        "reports (report_progress(step + 1)), the same values"),
+    'torchref.loss.x__masked_log_ratio__mutmut_3': (
+        'zero = torch.zeros((), dtype=None, device=logp_new.device)',
+        "a 0-dim float zero takes the dimensioned operand's float dtype in torch.where "
+        "(type promotion): the same values in every float dtype"),
+    'torchref.counting.x_rollout_stats__mutmut_19': (
+        'nan = torch.tensor(float("NAN"))',
+        "float() reads 'NAN' as 'nan' (case-insensitive)"),
+    'scaleup.step.x_loss_backward__mutmut_127': (
+        'w = micro_batch_weight(mb.mask, total, cfg.agg, normaliser, None)',
+        "as mutant 132: the placeholder row is all masked, so its loss is exactly 0 with a "
+        "zero gradient in every aggregation; its weight multiplies 0, and the normaliser, "
+        "given, keeps the flag"),
+    'scaleup.step.x__update__mutmut_52': (
+        'optimizer.zero_grad(set_to_none=None)',
+        "the zero_grad before each epoch's backward zeroes instead of freeing: every "
+        "trainable (LoRA) parameter is in the loss's graph, so backward then writes each "
+        "one's gradient onto zeros, the same values AdamW would get"),
+    'jaxgrpo.loss.x_selective_log_softmax__mutmut_13': (
+        'picked = jnp.take_along_axis(logits, index[..., None], )[..., 0]',
+        "jnp.take_along_axis's axis defaults to -1 (JAX 0.10): the same gather"),
+    'jaxgrpo.loss.x_value_loss__mutmut_21': (
+        'err = jnp.where(mask != 0, values - jax.lax.stop_gradient(returns), 1)',
+        "a masked position's error: masked_mean zeroes it again before the sum (value and"
+        " gradient)"),
+    'torchref.loss.x_value_loss__mutmut_24': (
+        'err = torch.where(valid, values - returns.detach(), torch.zeros((), ))',
+        "a 0-dim float zero takes the dimensioned operand's float dtype in torch.where "
+        "(type promotion): the same values in every float dtype"),
+    'grpospec.checks.x_check_rloo_rewards__mutmut_5': (
+        'check_group_rewards(rewards_shape, 1.0)',
+        'the eps handed to the shared shape check, which RLOO has none of: 0.0 and 1.0 '
+        'both pass it'),
+    'scaleup.evaluate.x_held_out_problems__mutmut_42': (
+        'return task.sample(n, cfg.seed, None), {"rule": "none: the digit task has one prompt"}',
+        'DigitTask.sample ignores step and stream: n copies of its one prompt'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_73': (
+        'with tqdm(total=3 * len(problems), desc="eval", unit="problem",',
+        "the progress bar's total: display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_75': (
+        'with tqdm(total=2 * len(problems), desc="EVAL", unit="problem",',
+        "the progress bar's label: display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_181': (
+        'write_atomic(out / "eval.json", json.dumps(result, indent=None) + "\\n")',
+        "eval.json's indentation: the same JSON value, layout only"),
+    'scaleup.tasks.x_extract_answer__mutmut_12': (
+        'return numbers[-1].rstrip("XX,XX")',
+        '_LAST_NUMBER matches signs, digits, commas and a point only: no X to strip'),
+    'scaleup.tasks.x_answers_match__mutmut_6': (
+        'gold = parse(reference, )',
+        "every reference is a plain number (str(int), or parse_gsm8k_answer's, which "
+        "load_gsm8k requires), which math-verify's default configs parse as the "
+        "expression config alone does (checked on integers, negatives, decimals, "
+        "fractions, 1,000)"),
+    'scaleup.tasks.xǁArithmeticTaskǁeval_problems__mutmut_15': (
+        'rng = _rng(seed, 2, 0)',
+        'another fixed stream of the run seed: other problems, as seeded, distinct and '
+        'held out (training draws only problems outside the split; which held-out ones is'
+        ' not a result the spec fixes)'),
+    'scaleup.tasks.xǁArithmeticTaskǁeval_problems__mutmut_30': (
+        'if len(seen) <= n and self.space() <= 4_000_000:  # a small space: take all of it',
+        'with n problems already drawn the block adds rest[:n - n], nothing (it only '
+        'costs the enumeration)'),
     'jaxgrpo.loss.x__grpo_loss__mutmut_187': (
         'ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 1)',
         'the fill value of masked positions of logp_ref: their (finite) KL term is masked '

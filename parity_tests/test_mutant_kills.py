@@ -1307,3 +1307,182 @@ def test_torch_rloo_names_a_non_tensor_in_one_line():
 
     with pytest.raises(TypeError, match=r"^rewards must be a torch.Tensor, got list$"):
         torchref.rloo_advantages([[0.0, 1.0]])
+
+
+# --- the ledger sample of 2026-12-03, seed 39 (15%) ---
+
+
+def test_torch_reinforce_draws_from_its_generator_only():
+    """All randomness comes from ``rng``: the same seeded generator gives the same
+    estimate whatever torch's global RNG holds (a mutant drew from the global one)."""
+    import torch
+
+    import torchref
+
+    theta, rewards = torch.zeros(4, dtype=torch.float64), torch.arange(4.0).double()
+    out = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        out.append(torchref.reinforce_gradient(theta, rewards, 64, 0.0,
+                                               torch.Generator().manual_seed(0)))
+    assert torch.equal(out[0], out[1])
+    other = torchref.reinforce_gradient(theta, rewards, 64, 0.0,
+                                        torch.Generator().manual_seed(1))
+    assert not torch.equal(out[0], other)
+
+
+def test_jax_group_advantages_keep_float32_with_a_numpy_float64_eps():
+    """eps is cast to the rewards' dtype: a NumPy float64 eps under x64 does not promote
+    float32 rewards' advantages to float64 (the values: by hand)."""
+    import jax
+
+    import jaxgrpo
+
+    with jax.enable_x64(True):
+        a = jaxgrpo.group_advantages(np.array([[0.0, 1.0]], np.float32), eps=np.float64(0.5))
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(a), [[-0.5, 0.5]], rtol=1e-6)  # 0.5/(0.5+0.5)
+
+
+def test_torch_loss_names_a_non_tensor_entropy_or_sampler():
+    import torch
+
+    import torchref
+
+    x = torch.zeros(1, 2)
+    for name in ("entropy", "logp_sampler"):
+        with pytest.raises(TypeError, match=rf"^{name} must be a torch.Tensor, got list$"):
+            torchref.grpo_loss(x, x, x, torch.zeros(1), torch.ones(1, 2), **{name: [0.0]})
+
+
+def test_jax_policy_loads_numpy_weights_like_torch_ones():
+    """``load_torch_state_dict`` takes NumPy arrays as well as torch tensors."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxgrpo.counting import CounterPolicy, load_torch_state_dict, torch_state_dict
+
+    src = CounterPolicy(rngs=nnx.Rngs(1))
+    tensors = torch_state_dict(src)
+    arrays = {k: v.numpy() for k, v in tensors.items()}
+    a = torch_state_dict(load_torch_state_dict(CounterPolicy(rngs=nnx.Rngs(2)), arrays))
+    b = torch_state_dict(load_torch_state_dict(CounterPolicy(rngs=nnx.Rngs(2)), tensors))
+    for k in tensors:
+        assert jnp.array_equal(a[k].numpy(), tensors[k].numpy())
+        assert jnp.array_equal(b[k].numpy(), tensors[k].numpy())
+
+
+@pytest.mark.parametrize("dynamic_sampling", [False, True])
+def test_make_train_returns_exactly_the_configs_metric_names(dynamic_sampling):
+    """Without dynamic sampling there are no ``ds_*`` metrics (traced only: eval_shape)."""
+    import jax
+
+    from grpospec import CountingConfig
+    from jaxgrpo.counting import make_train
+
+    cfg = CountingConfig(steps=1, n_prompts=2, group_size=2,
+                         dynamic_sampling=dynamic_sampling)
+    _, metrics = jax.eval_shape(make_train(cfg), jax.random.key(0))
+    assert set(metrics) == set(cfg.metric_names)
+    assert ("ds_dropped" in metrics) == dynamic_sampling
+
+
+def test_torch_clip_shares_see_the_advantage_the_loss_sees():
+    """The advantage is cast to the log-probs' dtype as in ``grpo_loss``: a float64
+    advantage of 1e-300 is 0 in float32, so the loss clips nothing there and the clip
+    share is 0 (ratio e > 1 + eps); a float32-representable one is clipped."""
+    import torch
+
+    import torchref
+
+    new, old, mask = torch.zeros(1, 1), -torch.ones(1, 1), torch.ones(1, 1)
+    for adv, share in ((1e-300, 0.0), (1e-3, 1.0)):
+        m = torchref.clip_metrics(new, old, torch.tensor([adv], dtype=torch.float64), mask)
+        assert float(m["clip_ratio/high_mean"]) == share
+
+
+def _loss_with(impl, **options):
+    x, mask = impl.array(np.zeros((1, 2))), impl.array(np.ones((1, 2)))
+    return impl.mod.grpo_loss(x, x, x, impl.array(np.ones(1)), mask, **options)
+
+
+@pytest.mark.parametrize("name, call", [
+    ("clip_eps", lambda impl: _loss_with(impl, clip_eps=True)),
+    ("clip_eps_high", lambda impl: _loss_with(impl, clip_eps_high=True)),
+    ("beta", lambda impl: _loss_with(impl, beta=False)),
+    ("dual_clip", lambda impl: _loss_with(impl, dual_clip=True)),
+    ("entropy_coef", lambda impl: _loss_with(impl, entropy_coef=True,
+                                             entropy=impl.array(np.ones((1, 2))))),
+    ("top_entropy_quantile", lambda impl: _loss_with(impl, top_entropy_quantile=True,
+                                                     entropy=impl.array(np.ones((1, 2))))),
+    ("sapo_temperature_pos", lambda impl: _loss_with(impl, loss_mode="sapo",
+                                                     sapo_temperature_pos=True)),
+    ("tis_cap", lambda impl: _loss_with(impl, tis_cap=True,
+                                        logp_sampler=impl.array(np.zeros((1, 2))))),
+    ("eps", lambda impl: impl.mod.group_advantages(impl.array(np.zeros((1, 2))), eps=True)),
+    ("overlong_penalty", lambda impl: impl.mod.overlong_penalty(
+        impl.array(np.array([3])), 4, 2, True)),
+    ("gamma", lambda impl: impl.mod.gae_advantages(
+        *(impl.array(np.zeros((1, 2))),) * 3, gamma=True)),
+    ("lam", lambda impl: impl.mod.gae_advantages(
+        *(impl.array(np.zeros((1, 2))),) * 3, lam=False)),
+])
+def test_a_bool_option_is_refused_naming_the_option(impl, name, call):
+    """A bool is not a number (True would pass as 1.0): one line naming the option, in
+    both frameworks (the message had named no option)."""
+    with pytest.raises(TypeError, match=rf"^{name} must be a number, got bool (True|False)$"):
+        call(impl)
+
+
+def test_a_bool_baseline_is_refused_naming_it(impl):
+    if impl.name == "jax":
+        import jax
+        rng = jax.random.key(0)
+    else:
+        import torch
+        rng = torch.Generator()
+    theta = impl.array(np.zeros(2))
+    with pytest.raises(TypeError, match=r"^baseline must be a number, got bool True$"):
+        impl.mod.reinforce_gradient(theta, theta, 2, True, rng)
+    if impl.name == "jax":
+        keys = jax.random.split(rng, 2)
+        with pytest.raises(TypeError, match=r"^baseline must be a number, got bool True$"):
+            impl.mod.reinforce_gradients(theta, theta, 2, True, keys)
+
+
+def test_clip_metrics_high_share_counts_only_positive_advantages(impl):
+    """``clip_ratio/high_mean``: ratio > 1 + eps where A > 0; A = 0 at the same ratio (2)
+    is not clipped (the loss's clipped term is 0 either way)."""
+    new, old = impl.array([[np.log(2.0)] * 3]), impl.array(np.zeros((1, 3)))
+    mask = impl.array(np.ones((1, 3)))
+    m = impl.mod.clip_metrics(new, old, impl.array([[0.0, 1.0, -1.0]]), mask, 0.2)
+    assert float(m["clip_ratio/high_mean"]) == pytest.approx(1 / 3)
+    assert float(m["clip_ratio/region_mean"]) == pytest.approx(1 / 3)
+
+
+def test_clip_metrics_names_a_bad_mask(impl):
+    x = impl.array(np.zeros((1, 2)))
+    with pytest.raises(TypeError, match=r"^mask must be "):
+        impl.mod.clip_metrics(x, x, x, "m")
+
+
+def test_jax_loss_names_a_bad_logp_sampler():
+    import jaxgrpo
+
+    x = np.zeros((1, 2))
+    with pytest.raises(TypeError, match=r"^logp_sampler must be an array, got str$"):
+        jaxgrpo.grpo_loss(x, x, x, np.ones(1), np.ones((1, 2)), logp_sampler="s")
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_loss_adds_beta_times_the_mean_k3_at_beta_1_too(impl, beta):
+    """loss(beta) - loss(0) = beta * mean_t k3 over valid tokens, by hand: the KL term is
+    skipped only at beta = 0 (a mutant skipped it at beta = 1)."""
+    new = np.array([[-1.0, -2.0, -0.5]])
+    ref = np.array([[-1.5, -1.0, -0.5]])
+    mask = np.array([[1.0, 1.0, 0.0]])
+    d = (ref - new)[0, :2]
+    k3 = float(np.mean(np.exp(d) - d - 1))
+    args = [impl.array(a) for a in (new, new, ref, np.ones(1), mask)]
+    gap = float(impl.mod.grpo_loss(*args, beta=beta)) - float(impl.mod.grpo_loss(*args, beta=0.0))
+    assert gap == pytest.approx(beta * k3, rel=1e-5)

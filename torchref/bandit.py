@@ -58,7 +58,7 @@ def reinforce_gradient(
     _check_tensor("rewards", rewards)
     check_bandit(tuple(theta.shape), tuple(rewards.shape))
     n = check_positive_int("n", n)
-    b = scalar_or_none(baseline)
+    b = scalar_or_none(baseline, "baseline")
     if b is None or not math.isfinite(b):
         raise ValueError(f"baseline must be a finite number, got {baseline!r}")
     if not isinstance(rng, torch.Generator):

@@ -1230,3 +1230,147 @@ def test_init_distributed_without_torchrun_creates_nothing(monkeypatch):
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert init_distributed("cpu") == DistSetup("cpu", created=False)
+
+
+# --- the ledger sample of 2026-12-03, seed 39 (15%) ---
+
+
+@pytest.mark.parametrize("rewards,expected", [([2.0, 2.0], (2.0, 0.0, True)),
+                                              ([-1.0, 1.0], (0.0, 1.0, False)),
+                                              ([0.0, 0.0, 3.0], (1.0, 2.0**0.5, False))])
+def test_global_reward_stats_by_hand(rewards, expected):
+    """One process: the mean, population std and whether max == min, by hand (an
+    all-equal nonzero group and a group symmetric about 0 tell max == min from
+    max == -min)."""
+    from scaleup.step import global_reward_stats
+
+    mean, std, equal = global_reward_stats(torch.tensor(rewards))
+    assert (float(mean), float(std), bool(equal)) == pytest.approx(expected)
+
+
+def test_rollouts_time_their_own_sampling(policy, tokenizer):
+    model, stops = policy
+    t0 = time.perf_counter()
+    roll = sample_rollouts(model, tokenizer, [Problem("1+2=", "3")], 2, 4, stops,
+                           torch.device("cpu"))
+    elapsed = time.perf_counter() - t0
+    assert 0 < roll.sample_seconds <= elapsed
+
+
+def test_run_model_without_a_sampler_decodes_greedily(tokenizer, monkeypatch):
+    import scaleup.evaluate as evaluate_module
+
+    calls = []
+
+    def recording(model, tok, chunk, group_size, max_new_tokens, stop_ids, device, **kw):
+        calls.append(kw)
+        n = len(chunk)
+        return Rollouts(*(torch.zeros(n, 1),) * 4, torch.zeros(n, dtype=torch.bool),
+                        ["0"] * n, list(chunk), 0.0)
+
+    monkeypatch.setattr(evaluate_module, "sample_rollouts", recording)
+    run_model(None, tokenizer, ArithmeticTask(), [Problem("q", "1")] * 3, 5, 2, [7], CPU)
+    assert calls == [{"greedy": True}] * 2
+
+
+def test_paired_bootstrap_default_seed_is_0():
+    a, b = np.linspace(0.0, 1.0, 20) ** 2, np.zeros(20)
+    assert paired_bootstrap(a, b, 200) == paired_bootstrap(a, b, 200, seed=0)
+    assert paired_bootstrap(a, b, 200) != paired_bootstrap(a, b, 200, seed=1)
+
+
+def test_extract_answer_falls_back_to_the_last_number_only_when_asked():
+    from scaleup.tasks import extract_answer
+
+    assert extract_answer("so it is 5") is None
+    assert extract_answer("so it is 5", fallback_last_number=True) == "5"
+
+
+def test_digit_task_scores_an_ascii_digit_only():
+    from scaleup.tasks import DigitTask
+
+    task, p = DigitTask(), Problem("Start your reply with a digit.", "")
+    assert [task.score(t, p) for t in ("7 apples", "X", "XX", "a1", "", " 1")] == [
+        1, 0, 0, 0, 0, 0]
+
+
+def test_make_task_passes_the_digits_on():
+    from scaleup.tasks import make_task
+
+    assert make_task("arithmetic", digits=1).digits == 1
+    assert make_task("arithmetic", digits=3).digits == 3
+
+
+def test_three_digit_operands_start_at_100(monkeypatch):
+    """min_digits 3: operands 100..999 in the space and in the enumerated split (the
+    enumeration reached by a split smaller than asked: draws stubbed to one problem, the
+    split cut to operands below 102)."""
+    import scaleup.tasks as tasks_module
+
+    task = ArithmeticTask(digits=3, min_digits=3, operators="+")
+    assert task.space() == 900**2
+    monkeypatch.setattr(tasks_module, "held_out", lambda a, op, b: a < 102 and b < 102)
+    monkeypatch.setattr(ArithmeticTask, "_draw", lambda self, rng, evaluation: (100, "+", 100))
+    got = {p.prompt.split("?")[0] for p in task.eval_problems(10, seed=0)}
+    assert got == {f"What is {a} + {b}" for a in (100, 101) for b in (100, 101)}
+
+
+def test_loss_backward_averages_the_entropy_over_one_valid_token(policy):
+    """A batch with a single valid token: its statistics are that token's (the count
+    floor of 1 only guards an empty batch)."""
+    from scaleup.logprobs import completion_logprobs
+    from scaleup.step import loss_backward
+    from scaleup.tests.test_step import _random_batch
+
+    model, _ = policy
+    batch = _random_batch(seed=4)
+    batch.mask = torch.zeros_like(batch.mask)
+    batch.mask[2, 0] = 1
+    batch.logp_old, batch.logp_ref = None, None
+    stats = loss_backward(model, batch, small_cfg(micro_batch_size=4, beta=0.0))
+    model.zero_grad()
+    _, ent = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask,
+                                 batch.completion_ids, batch.mask, chunk=100,
+                                 with_entropy=True)
+    assert stats["entropy"] == pytest.approx(float(ent[2, 0]), rel=1e-5)
+
+
+def test_update_takes_the_high_entropy_tokens_among_the_valid_ones(policy, tokenizer,
+                                                                   monkeypatch):
+    """``top_entropy_quantile < 1``: the step asks for the quantile over the batch's
+    valid tokens, with the batch's own completion mask (padding excluded: every 5th byte
+    ends a completion too, so some end early)."""
+    model, stops = policy
+    stops = sorted(set(stops) | set(range(0, 256, 5)))
+    seen = []
+    keep_mask = step_module.entropy_keep_mask
+
+    def recording(entropy, mask, top_quantile):
+        seen.append((mask, top_quantile))
+        return keep_mask(entropy, mask, top_quantile)
+
+    monkeypatch.setattr(step_module, "entropy_keep_mask", recording)
+    batches = []
+    loss_backward = step_module.loss_backward
+    monkeypatch.setattr(step_module, "loss_backward", lambda model, batch, cfg, ddp=None: (
+        batches.append(batch), loss_backward(model, batch, cfg, ddp))[1])
+    cfg = small_cfg(prompts_per_step=2, top_entropy_quantile=0.5, inner_epochs=2)
+    torch.manual_seed(0)
+    grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg, stops, CPU)
+    ((mask, q),) = seen
+    assert q == 0.5 and isinstance(mask, torch.Tensor)
+    assert torch.equal(mask, batches[0].mask) and not bool((mask != 0).all())
+
+
+def test_a_placeholder_row_weighs_nothing_and_its_rows_stay_placeholders(policy):
+    """``zero_weight_row``: weight 0 in every aggregation (given the normaliser or not),
+    and any rows of it are still a placeholder."""
+    from scaleup.step import micro_batch_weight, zero_weight_row
+    from scaleup.tests.test_step import _random_batch
+
+    row = zero_weight_row(_random_batch(seed=1))
+    assert row.placeholder and row.rows(0, 1).placeholder
+    assert not _random_batch(seed=1).rows(0, 2).placeholder
+    for agg in ("token", "seq", "constant"):
+        assert micro_batch_weight(row.mask, row.mask, agg, placeholder=True) == 0.0
+        assert micro_batch_weight(row.mask, row.mask, agg, 3.0, placeholder=True) == 0.0
