@@ -32,6 +32,10 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'torchref.bandit.x_reinforce_gradient__mutmut_60': (
+        'score = torch.nn.functional.one_hot(actions, theta.shape[0]).to(None) - pi  # (n, K)',
+        "one_hot's int64 minus pi (softmax of theta, in theta's float dtype) promotes to "
+        "pi's dtype: the same score"),
     'jaxgrpo.loss.x_grpo_loss__mutmut_125': (
         'zeros = None',
         'the placeholders of an absent entropy and logp_sampler: the jitted loss reads '
@@ -223,9 +227,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'w = valid.to(None)',
         "the validity weights stay bool; the product promotes to log_ratio's dtype, the same "
         'values'),
-    'torchref.bandit.x_reinforce_gradient__mutmut_55': (
-        'score = torch.nn.functional.one_hot(actions, theta.shape[0]).to(None) - pi  # (n, K)',
-        "one_hot's int64 minus float pi promotes to pi's dtype: the same score"),
     'jaxgrpo.counting.x_load_torch_state_dict__mutmut_23': (
         "value = np.array(value, )  # never alias torch's memory (CPU zero-copy)",
         'np.array copies by default (copy=True is its default)'),

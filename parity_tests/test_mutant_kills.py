@@ -1486,3 +1486,13 @@ def test_loss_adds_beta_times_the_mean_k3_at_beta_1_too(impl, beta):
     args = [impl.array(a) for a in (new, new, ref, np.ones(1), mask)]
     gap = float(impl.mod.grpo_loss(*args, beta=beta)) - float(impl.mod.grpo_loss(*args, beta=0.0))
     assert gap == pytest.approx(beta * k3, rel=1e-5)
+
+
+def test_scalar_or_none_names_value_by_default():
+    from grpospec import scalar_or_none
+
+    with pytest.raises(TypeError, match=r"^value must be a number, got bool True$"):
+        scalar_or_none(True)
+    with pytest.raises(TypeError, match=r"^n_boot must be a number, got bool False$"):
+        scalar_or_none(False, "n_boot")
+    assert scalar_or_none(2) == 2.0 and scalar_or_none(np.float32(0.5)) == 0.5

@@ -166,3 +166,46 @@ def test_record_refuses_mutants_older_than_their_source(tree: Path, monkeypatch)
     os.utime(made / "mod.py")  # mutmut ran again: now newer than the source
     report.main(["--record", "--ledger", "ledger.json"])
     assert ledger.read(tree / "ledger.json")["verdicts"]["pkg.mod.x_f__mutmut_1"]["code"] == 1
+
+
+def test_stats_fill_gives_a_new_callee_its_callers_tests_transitively():
+    """mutation.stats: a helper reached through callers (and a helper of that helper)
+    gets every caller's tests; functions not named are untouched."""
+    from mutation.stats import fill_callee_tests
+
+    stats = {"tests_by_mangled_function_name": {"m.x_a": ["t1", "t2"], "m.x_b": ["t3"],
+                                                "m.x_helper": ["t9"]},
+             "function_dependencies": {"m.x_helper": ["m.x_a", "m.x_b"],
+                                       "m.x_inner": ["m.x_helper"]}}
+    assert fill_callee_tests(stats, ["m.x_inner"]) == {"m.x_inner": 4}
+    tests = stats["tests_by_mangled_function_name"]
+    assert tests["m.x_inner"] == ["t1", "t2", "t3", "t9"]
+    assert tests["m.x_helper"] == ["t9"]  # not named: untouched
+    assert fill_callee_tests(stats, ["m.x_helper"]) == {"m.x_helper": 3}
+    assert tests["m.x_helper"] == ["t1", "t2", "t3", "t9"]
+    assert tests["m.x_a"] == ["t1", "t2"] and tests["m.x_b"] == ["t3"]
+    assert fill_callee_tests(stats, ["m.x_helper", "m.x_inner"]) == {}
+    with pytest.raises(KeyError, match="'m.x_nope' is not a function in mutmut's stats"):
+        fill_callee_tests(stats, ["m.x_nope"])
+
+
+def test_stats_fill_reports_a_missing_or_damaged_file_in_one_line(tmp_path, capsys):
+    from mutation.stats import main
+
+    with pytest.raises(SystemExit, match=r"^--stats: .*nope.json does not exist"):
+        main(["b", "--stats", str(tmp_path / "nope.json")])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(SystemExit, match=r"^--stats: .*bad.json is not valid JSON"):
+        main(["b", "--stats", str(bad)])
+    bad.write_text("[]")
+    with pytest.raises(SystemExit, match=r"is not mutmut's stats file$"):
+        main(["b", "--stats", str(bad)])
+    good = tmp_path / "s.json"
+    good.write_text(json.dumps({"tests_by_mangled_function_name": {"a": ["t"]},
+                                "function_dependencies": {"b": ["a"]}}))
+    with pytest.raises(SystemExit, match=r"^functions: 'c' is not a function"):
+        main(["c", "--stats", str(good)])
+    main(["b", "--stats", str(good)])
+    assert json.loads(good.read_text())["tests_by_mangled_function_name"]["b"] == ["t"]
+    assert capsys.readouterr().out.endswith("1 functions gained tests\n")
