@@ -32,6 +32,66 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'jaxgrpo.loss.x_grpo_loss__mutmut_193': (
+        'None if max_len is None else int(max_len), use_kl=b is not None or b != 0,',
+        'use_kl also at beta 0: the jitted loss then replaces the reference by new itself '
+        '(its guard for a traced beta of 0), a KL of exactly 0 with a zero gradient'),
+    'jaxgrpo.counting.x_rollout_stats__mutmut_34': (
+        '"frac_reward_zero_std": jnp.mean(zero_var, ),',
+        'jnp.mean of a bool array is float32 in JAX 0.10, also under x64 '
+        '(test_rollout_stats_ds_dropped_is_float32 checks every metric under x64)'),
+    'scaleup.step.x_loss_backward__mutmut_91': (
+        'adv, bonus = mb.adv, (ent if (entropy_grad) or True else None)',
+        "the entropies handed to grpo_loss also at entropy_coef 0, where it skips the bonus "
+        "(a zero-weight term is skipped, not multiplied); the top-entropy mask is keep's, "
+        "not grpo_loss's"),
+    'scaleup.step.x_loss_backward__mutmut_165': (
+        'cfg.clip_eps_high, cfg.importance_level, )',
+        "clip_metrics' dual_clip adds only pg_clipfrac_lower, which the step does not log "
+        "(CLIP_KEYS)"),
+    'scaleup.step.x_loss_backward__mutmut_250': (
+        '[sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], "XXmaxXX", device=total.device)',
+        'all_reduce takes every op but "sum" as the max'),
+    'scaleup.step.x_loss_backward__mutmut_263': (
+        'sums[key] = float("NAN")',
+        "float() reads 'NAN' as 'nan' (case-insensitive)"),
+    'scaleup.step.x__update__mutmut_70': (
+        'first_ratio = float("NAN") if reuse else stats["max_abs_log_ratio"]',
+        "float() reads 'NAN' as 'nan' (case-insensitive)"),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_29': (
+        'use_cache=True).last_hidden_state',
+        'the decoder also returns a KV cache, which is dropped: the same hidden states '
+        '(memory only)'),
+    'jaxgrpo.counting.x_select_groups__mutmut_16': (
+        'return jnp.argsort(zero_var.astype(jnp.int32), )[:n_keep]',
+        "jnp.argsort's stable defaults to True (JAX 0.10): the same order"),
+    'jaxgrpo.counting.x_select_groups__mutmut_17': (
+        'return jnp.argsort(zero_var.astype(None), stable=True)[:n_keep]',
+        'the 0/1 keys as float32 instead of int32: the same stable order'),
+    'jaxgrpo.advantages.x__gae__mutmut_14': (
+        'r = jnp.where(valid, rewards, 1).astype(values.dtype)',
+        "a masked position's reward: its step's advantage is multiplied by w_t = 0, and"
+        ' the step before reads it only through next_valid = 0'),
+    'torchref.advantages.x_gae_advantages__mutmut_34': (
+        'zero = torch.zeros((), )',
+        "a 0-dim float zero takes the dimensioned operand's float dtype in torch.where "
+        '(type promotion): the same values in every float dtype'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_65': (
+        'disable=None, dynamic_ncols=True) as bar:',
+        'whether the progress bar shows (None: only on a terminal): display only'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_72': (
+        'with tqdm(total=2 / len(problems), desc="eval", unit="problem",',
+        "the progress bar's total: display only"),
+    'scaleup.evaluate.x_evaluate_run__mutmut_184': (
+        'write_atomic(out / "eval.json", json.dumps(result, indent=3) + "\\n")',
+        "eval.json's indentation: the same JSON value, layout only"),
+    'scaleup.distributed.x_all_gather_cat__mutmut_4': (
+        'n = torch.tensor([x.numel()], dtype=None, device=x.device)',
+        'a tensor of a Python int is int64 by default: the same count tensor'),
+    'scaleup.tasks.x_extract_boxed__mutmut_45': (
+        'start = text.find("\\\\boxed{", start + 2)',
+        'the next \\boxed{ cannot start at start + 1 (that character is b, not a '
+        'backslash): the same occurrences'),
     'torchref.bandit.x_reinforce_gradient__mutmut_60': (
         'score = torch.nn.functional.one_hot(actions, theta.shape[0]).to(None) - pi  # (n, K)',
         "one_hot's int64 minus pi (softmax of theta, in theta's float dtype) promotes to "

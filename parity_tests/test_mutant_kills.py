@@ -1496,3 +1496,65 @@ def test_scalar_or_none_names_value_by_default():
     with pytest.raises(TypeError, match=r"^n_boot must be a number, got bool False$"):
         scalar_or_none(False, "n_boot")
     assert scalar_or_none(2) == 2.0 and scalar_or_none(np.float32(0.5)) == 0.5
+
+
+# --- the ledger sample of 2026-12-03, seed 40 (7%) ---
+
+
+def test_torch_counting_trains_a_policy_of_the_configs_length():
+    """A completion length other than the default (3 for 5): the torch trainer's policy
+    samples 3 tokens, so no completion is longer."""
+    import torch
+
+    import torchref
+
+    torch.manual_seed(0)
+    m = torchref.train_counting(0, 1, n_prompts=2, group_size=2, completion_length=3)
+    assert 0 < float(m["mean_length"][0]) <= 3
+
+
+def test_torch_counting_reward_stays_on_the_completions_device():
+    """The position counter is built on the completions' device (the "meta" device stands
+    in for a GPU: a CPU counter next to it raises)."""
+    import torch
+
+    from torchref.counting import counting_reward
+
+    p = torch.zeros(2, dtype=torch.long, device="meta")
+    c = torch.zeros(2, 3, dtype=torch.long, device="meta")
+    assert counting_reward(p, c).device.type == "meta"
+
+
+def test_loss_at_beta_0_skips_an_infinite_kl(impl):
+    """beta = 0: the KL term is skipped, not multiplied by 0, so a reference log-prob of
+    -inf (the reference never samples that token) leaves the loss finite, the same as
+    with any finite reference."""
+    new = np.array([[-1.0, -2.0]])
+    mask, adv = np.ones((1, 2)), np.ones(1)
+    ref = np.array([[-np.inf, -1.0]])
+    got = float(impl.mod.grpo_loss(*(impl.array(a) for a in (new, new, ref, adv, mask)),
+                                   beta=0.0))
+    finite = float(impl.mod.grpo_loss(*(impl.array(a) for a in (new, new, new, adv, mask)),
+                                      beta=0.0))
+    assert got == finite and math.isfinite(got)
+
+
+def test_jax_clip_metrics_names_a_bad_logp_new():
+    import jaxgrpo
+
+    x = np.zeros((1, 2))
+    with pytest.raises(TypeError, match=r"^logp_new must be an array, got str$"):
+        jaxgrpo.clip_metrics("x", x, np.ones(1), np.ones((1, 2)))
+
+
+def test_make_train_without_dynamic_sampling_samples_exactly_the_batch():
+    """No dynamic sampling: the pool is the batch, n_prompts groups of G completions of
+    the fixed length 5, so a step samples exactly 2 x 2 x 5 tokens."""
+    import jax
+
+    from grpospec import CountingConfig
+    from jaxgrpo.counting import make_train
+
+    cfg = CountingConfig(steps=1, n_prompts=2, group_size=2)
+    _, metrics = jax.jit(make_train(cfg))(jax.random.key(0))
+    assert int(metrics["sampled_tokens"][0]) == 2 * 2 * cfg.length == 20

@@ -1271,6 +1271,9 @@ def test_run_model_without_a_sampler_decodes_greedily(tokenizer, monkeypatch):
     monkeypatch.setattr(evaluate_module, "sample_rollouts", recording)
     run_model(None, tokenizer, ArithmeticTask(), [Problem("q", "1")] * 3, 5, 2, [7], CPU)
     assert calls == [{"greedy": True}] * 2
+    records = run_model(None, tokenizer, ArithmeticTask(), [Problem("q", "1")], 5, 2, [7], CPU)
+    assert records == [{"prompt": "q", "answer": "1", "completion": "0", "correct": 0,
+                        "truncated": False, "flags": ["no_reasoning"]}]
 
 
 def test_paired_bootstrap_default_seed_is_0():
@@ -1313,6 +1316,7 @@ def test_three_digit_operands_start_at_100(monkeypatch):
     monkeypatch.setattr(ArithmeticTask, "_draw", lambda self, rng, evaluation: (100, "+", 100))
     got = {p.prompt.split("?")[0] for p in task.eval_problems(10, seed=0)}
     assert got == {f"What is {a} + {b}" for a in (100, 101) for b in (100, 101)}
+    assert len(task.eval_problems(3, seed=0)) == 3  # the drawn one and 2 of the other 3
 
 
 def test_loss_backward_averages_the_entropy_over_one_valid_token(policy):
@@ -1374,3 +1378,87 @@ def test_a_placeholder_row_weighs_nothing_and_its_rows_stay_placeholders(policy)
     for agg in ("token", "seq", "constant"):
         assert micro_batch_weight(row.mask, row.mask, agg, placeholder=True) == 0.0
         assert micro_batch_weight(row.mask, row.mask, agg, 3.0, placeholder=True) == 0.0
+
+
+# --- the ledger sample of 2026-12-03, seed 40 (7%) ---
+
+
+def test_rewards_of_are_float32_scores_in_order():
+    from types import SimpleNamespace
+
+    from scaleup.step import rewards_of
+    from scaleup.tasks import DigitTask
+
+    p = Problem("Start your reply with a digit.", "")
+    r = rewards_of(DigitTask(), SimpleNamespace(texts=["1", "x", "9"], problems=[p] * 3))
+    assert r.dtype == torch.float32 and r.tolist() == [1.0, 0.0, 1.0]
+
+
+def test_answers_match_strips_only_a_trailing_full_stop():
+    from scaleup.tasks import answers_match
+
+    assert answers_match("4.", "4") and answers_match("4", "4")
+    assert not answers_match("4X", "4") and not answers_match("4XX", "4")
+
+
+def test_arithmetic_task_refuses_min_digits_above_digits_word_for_word():
+    with pytest.raises(TaskError, match=r"^min_digits must be <= digits \(1\), got 2$"):
+        ArithmeticTask(digits=1, min_digits=2)
+
+
+def test_causal_lm_parts_of_a_plain_model_and_of_a_peft_one(policy, tokenizer):
+    from scaleup.logprobs import causal_lm_parts
+    from scaleup.tiny import tiny_qwen2
+
+    plain = tiny_qwen2(0, tokenizer)
+    decoder, head = causal_lm_parts(plain)
+    assert decoder is plain.model and head is plain.lm_head
+    model, _ = policy
+    decoder, head = causal_lm_parts(model)
+    assert decoder is model.get_base_model().model
+
+
+def test_loss_backward_kl_is_the_mean_k3_over_valid_tokens(policy):
+    """With a reference, the step's KL statistic is k3 averaged over every valid token of
+    the batch, across micro-batches, by hand."""
+    from scaleup.logprobs import completion_logprobs
+    from scaleup.step import loss_backward
+    from scaleup.tests.test_step import _random_batch
+
+    model, _ = policy
+    batch = _random_batch(seed=2)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        lp, _ = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask,
+                                    batch.completion_ids, batch.mask, chunk=100)
+    batch.logp_old = None
+    batch.logp_ref = lp - 0.5 * torch.rand(lp.shape, generator=gen)
+    stats = loss_backward(model, batch, small_cfg(micro_batch_size=4, beta=0.1))
+    model.zero_grad()
+    valid = batch.mask != 0
+    d = (batch.logp_ref - lp)[valid]
+    assert valid.sum() > 4
+    assert stats["kl"] == pytest.approx(float((d.exp() - d - 1).mean()), rel=1e-4)
+
+
+def test_grpo_step_masks_truncated_completions_when_asked(policy, tokenizer, monkeypatch):
+    """``mask_truncated``: the step builds its batch with the option it was given, also
+    the batch of the groups dynamic sampling keeps."""
+    from scaleup.step import Batch
+
+    seen = []
+    original = Batch.from_rollouts.__func__
+
+    def recording(cls, roll, adv, mask_truncated=False):
+        seen.append(mask_truncated)
+        return original(cls, roll, adv, mask_truncated)
+
+    monkeypatch.setattr(Batch, "from_rollouts", classmethod(recording))
+    model, stops = policy
+    for flag in (True, False):
+        for ds in (False, True):
+            cfg = small_cfg(prompts_per_step=2, mask_truncated=flag, dynamic_sampling=ds)
+            torch.manual_seed(0)
+            grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg,
+                      stops, CPU)
+    assert seen == [True, True, True, False, False, False]
