@@ -354,10 +354,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'eta_cutoff None or 0.0: transformers adds no eta warper either way '
         '(test_generate_samples_from_the_policy_itself checks that the processed scores are '
         'the raw logits)'),
-    'scaleup.rollout.x_sampling_config__mutmut_56': (
-        'return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=2.0, '
-        'min_p=0.0,',
-        'top_p 2.0 or 1.0: transformers adds a top-p warper only below 1, the same raw logits'),
     'scaleup.rollout.x_sample_rollouts__mutmut_52': (
         'if device.type == "XXcudaXX":',
         'CUDA only, and timing only: the synchronize before the clock starts'),
