@@ -32,6 +32,33 @@ from mutation import ledger
 #: ``mutated_lines``: ``--check-equivalent`` reports every name that mutmut, after an edit
 #: of its function, now gives to another mutant (or no longer makes).
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    'jaxgrpo.counting.x_token_entropy__mutmut_5': (
+        'logp = jax.nn.log_softmax(logits.astype(jnp.float32), )',
+        "jax.nn.log_softmax's axis defaults to -1: the same log-probs"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_125': (
+        'ent = jax.lax.stop_gradient(jnp.where(valid, entropy, 1).astype(dtype))',
+        "a masked position's entropy: high_entropy_mask sets it to nan before the quantile "
+        "and ANDs its result with valid, the same keep mask"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_171': (
+        'bonus = jnp.where(valid, entropy, 1).astype(dtype)',
+        "a masked position's entropy bonus: per_token is masked again by where(valid) "
+        "before any sum, value and gradient"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_67': (
+        'surrogate = jnp.where(a <= 0, jnp.maximum(surrogate, dual_clip * a), surrogate)',
+        'the dual-clip bound also at A = 0, where the surrogate and the bound are both 0 '
+        'and neither depends on logp_new: the same value and a zero gradient'),
+    'jaxgrpo.counting.x_sample_completions__mutmut_31': (
+        ')',
+        "the sampling scan's unroll=True dropped: a compilation choice, the same tokens from "
+        "the same uniforms in the same order"),
+    'scaleup.evaluate.x_run_model__mutmut_62': (
+        'for text, prob, trunc in zip(roll.texts, chunk, roll.truncated.tolist(), strict=False):',
+        'the rollouts hold one text and one truncation flag per problem of the chunk (one '
+        'completion each): three lists of one length'),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_27': (
+        ').last_hidden_state',
+        "use_cache left to the config (True for Qwen2): the decoder also returns a KV cache, "
+        "which is dropped: the same hidden states (memory only)"),
     'jaxgrpo.loss.x_grpo_loss__mutmut_193': (
         'None if max_len is None else int(max_len), use_kl=b is not None or b != 0,',
         'use_kl also at beta 0: the jitted loss then replaces the reference by new itself '
