@@ -103,12 +103,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'zero = torch.zeros((), )',
         "a 0-dim float zero takes the dimensioned operand's float dtype in torch.where "
         '(type promotion): the same values in every float dtype'),
-    'scaleup.evaluate.x_evaluate_run__mutmut_65': (
-        'disable=None, dynamic_ncols=True) as bar:',
-        'whether the progress bar shows (None: only on a terminal): display only'),
-    'scaleup.evaluate.x_evaluate_run__mutmut_72': (
-        'with tqdm(total=2 / len(problems), desc="eval", unit="problem",',
-        "the progress bar's total: display only"),
     'scaleup.evaluate.x_evaluate_run__mutmut_184': (
         'write_atomic(out / "eval.json", json.dumps(result, indent=3) + "\\n")',
         "eval.json's indentation: the same JSON value, layout only"),
@@ -184,12 +178,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.evaluate.x_held_out_problems__mutmut_42': (
         'return task.sample(n, cfg.seed, None), {"rule": "none: the digit task has one prompt"}',
         'DigitTask.sample ignores step and stream: n copies of its one prompt'),
-    'scaleup.evaluate.x_evaluate_run__mutmut_73': (
-        'with tqdm(total=3 * len(problems), desc="eval", unit="problem",',
-        "the progress bar's total: display only"),
-    'scaleup.evaluate.x_evaluate_run__mutmut_75': (
-        'with tqdm(total=2 * len(problems), desc="EVAL", unit="problem",',
-        "the progress bar's label: display only"),
     'scaleup.evaluate.x_evaluate_run__mutmut_181': (
         'write_atomic(out / "eval.json", json.dumps(result, indent=None) + "\\n")',
         "eval.json's indentation: the same JSON value, layout only"),
@@ -218,9 +206,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'jaxgrpo.loss.x_clip_metrics__mutmut_36': (
         'clip_eps, None, "token", clip_eps_high, dual_clip, importance_level)',
         "the beta checked for clip_metrics, which takes none: 0.0 and None both pass"),
-    'scaleup.evaluate.x_evaluate_run__mutmut_63': (
-        'with tqdm(total=2 * len(problems), desc=None, unit="problem",',
-        "the progress bar's label: display only"),
     'scaleup.step.x_loss_backward__mutmut_215': (
         'if k >= 1:',
         'with one process all_reduce is the identity: the statistics are the same'),
@@ -231,10 +216,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.step.x_loss_backward__mutmut_251': (
         '[sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], "MAX", device=total.device)',
         "all_reduce sums only for op == 'sum': any other op, 'MAX' too, is the max"),
-    'scaleup.step.x_global_reward_stats__mutmut_18': (
-        'high, neg_low = all_reduce([rewards.max(), -rewards.min()], None, '
-        'device=rewards.device)',
-        "all_reduce sums only for op == 'sum': None is the max, as 'max'"),
     'scaleup.tasks.xǁArithmeticTaskǁeval_problems__mutmut_29': (
         'if len(seen) < n or self.space() <= 4_000_000:  # a small space: take all of it',
         'with n problems already drawn the block adds rest[:n - n], nothing; fewer than n '
@@ -354,12 +335,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'return torch.cuda.max_memory_allocated(None) / 1e9',
         "CUDA only: max_memory_allocated(None) is the current device's, the one a process "
         'trains on'),
-    'scaleup.step.x_grpo_step__mutmut_165': (
-        '*MISMATCH_KEYS), float("NAN"))',
-        "float('NAN') is float('nan')"),
-    'scaleup.evaluate.x_evaluate_run__mutmut_67': (
-        'with tqdm(desc="eval", unit="problem",',
-        "the progress bar's total: display only"),
     'scaleup.evaluate.x_evaluate_run__mutmut_66': (
         'disable=not show_progress, dynamic_ncols=None) as bar:',
         "the progress bar's dynamic_ncols: display only"),
@@ -376,11 +351,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.step.x_loss_backward__mutmut_236': (
         'strict=False))',
         'zip(strict=False) of the names and their all-reduced values: two lists of one length'),
-    'scaleup.rollout.x_sampling_config__mutmut_43': (
-        'typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=None, **common)',
-        'eta_cutoff None or 0.0: transformers adds no eta warper either way '
-        '(test_generate_samples_from_the_policy_itself checks that the processed scores are '
-        'the raw logits)'),
     'scaleup.rollout.x_sample_rollouts__mutmut_52': (
         'if device.type == "XXcudaXX":',
         'CUDA only, and timing only: the synchronize before the clock starts'),
@@ -618,6 +588,117 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'ops = sorted(set(self.operators), )',
         "the enumeration's operator order, alphabetical or as given, both fixed: the "
         'same whole split; a partial fill picks other (equally held-out) problems'),
+    'torchref.counting.x_select_groups__mutmut_11': (
+        'return torch.argsort(zero_var.to(None), stable=True)[:n_keep]',
+        'a stable argsort of the bool mask itself: False sorts before True, the same '
+        'indices as of its int8 cast'),
+    'scaleup.evaluate.x_evaluate_run__mutmut_79': (
+        'disable=not show_progress, dynamic_ncols=False) as bar:',
+        "whether the bar's width follows a resized terminal: display only"),
+    'scaleup.step.x_entropy_keep_mask__mutmut_7': (
+        'if everything.numel() == 1:',
+        'one valid token: the top share of one (finite) entropy is that entropy, which the '
+        'token reaches (>=), so the mask is the valid mask either way'),
+    'scaleup.distributed.x_all_gather_cat__mutmut_7': (
+        'n = torch.tensor([x.numel()], device=x.device)',
+        'torch.tensor of a Python int is int64 already'),
+    'scaleup.distributed.x_all_gather_cat__mutmut_21': (
+        'padded = torch.zeros(longest, dtype=None, device=x.device)',
+        "its one caller gathers float32 entropies, and float32 is torch's default dtype"),
+    'scaleup.distributed.x_all_gather_cat__mutmut_24': (
+        'padded = torch.zeros(longest, device=x.device)',
+        "its one caller gathers float32 entropies, and float32 is torch's default dtype"),
+    'scaleup.distributed.x_all_gather_cat__mutmut_40': (
+        'return torch.cat([p[:int(s)] for p, s in zip(parts, sizes, )])',
+        'zip without strict of the parts and sizes: one of each per rank, one length'),
+    'scaleup.distributed.x_all_gather_cat__mutmut_41': (
+        'return torch.cat([p[:int(s)] for p, s in zip(parts, sizes, strict=False)])',
+        'zip(strict=False) of the parts and sizes: one of each per rank, one length'),
+    'scaleup.distributed.x_gather_to_main__mutmut_11': (
+        'dist.gather_object(obj, out, )',
+        "gather_object's dst defaults to rank 0 (dst and group_dst None: dst = 0)"),
+    'scaleup.distributed.x_on_main_then_share__mutmut_8': (
+        'dist.broadcast_object_list(box, src=None)',
+        "broadcast_object_list's src=None means rank 0 (src and group_src None: src = 0)"),
+    'scaleup.rollout.x_chat_prompts__mutmut_2': (
+        'tokenize=None, add_generation_prompt=True)',
+        'transformers reads tokenize=None as false: the same string'),
+    'scaleup.rollout.x_sample_rollouts__mutmut_12': (
+        'padding_side="left", )',
+        "Qwen2's tokenizer adds no special tokens on encode (no BOS or EOS): the same ids"),
+    'scaleup.rollout.x_sample_rollouts__mutmut_22': (
+        'padding_side="left", add_special_tokens=True)',
+        "Qwen2's tokenizer adds no special tokens on encode (no BOS or EOS): the same ids"),
+    'scaleup.rollout.x_sample_rollouts__mutmut_64': (
+        'if device.type == "XXcudaXX":',
+        'a CUDA-only synchronisation before the sampling clock: on a CPU the same; on a GPU '
+        'only the timing (not measurable here)'),
+    'scaleup.rollout.x_sample_rollouts__mutmut_66': (
+        'torch.cuda.synchronize(None)',
+        'a CUDA-only synchronisation before the sampling clock: on a CPU the same; on a GPU '
+        'the current device'),
+    'scaleup.rollout.x_sampling_config__mutmut_32': (
+        'return GenerationConfig(do_sample=None, **common)',
+        "GenerationConfig's do_sample defaults to False; None reads as false: greedy either "
+        'way'),
+    'scaleup.rollout.x_sampling_config__mutmut_33': (
+        'return GenerationConfig(**common)',
+        "GenerationConfig's do_sample defaults to False: greedy either way"),
+    'scaleup.step.x_rewards_of__mutmut_11': (
+        'r = [task.score(t, p) for t, p in zip(rollouts.texts, rollouts.problems, )]',
+        "zip without strict of a Rollouts' texts and problems: one per completion, one length"),
+    'scaleup.step.x_rewards_of__mutmut_12': (
+        'r = [task.score(t, p) for t, p in zip(rollouts.texts, rollouts.problems, strict=False)]',
+        "zip(strict=False) of a Rollouts' texts and problems: one per completion, one length"),
+    'scaleup.step.x_shaped_rewards__mutmut_3': (
+        'cfg.overlong_penalty).to(None)',
+        "the penalty has the lengths' dtype and device (float32, the rewards' device): no "
+        'cast to make'),
+    'scaleup.step.xǁBatchǁfrom_rollouts__mutmut_5': (
+        'mask = mask * (~r.truncated)[:, None].to(None)',
+        "a float mask times a bool tensor keeps the mask's dtype"),
+    'scaleup.step.x_batch_logprobs__mutmut_1': (
+        'with_entropy: bool = True):',
+        'entropies computed by default where no caller that omits with_entropy reads them'),
+    'scaleup.step.x_grpo_step__mutmut_141': (
+        '"len_incorrect": len_incorrect / n_incorrect if n_incorrect else float("NAN"),',
+        "float('NAN') is float('nan')"),
+    'scaleup.step.x_grpo_step__mutmut_158': (
+        'stats = dict.fromkeys(update_stat_names(cfg), float("NAN"))',
+        "float('NAN') is float('nan')"),
+    'torchref.counting.x_rollout_stats__mutmut_35': (
+        '"len_correct": (lengths * c).sum() / c.sum() if c.sum() >= 0 else nan,',
+        "no correct completion: 0 / 0 is nan in torch, the same nan as the branch's"),
+    'torchref.counting.x_rollout_stats__mutmut_47': (
+        '"len_incorrect": (lengths * (1 - c)).sum() / (1 - c).sum() if c.sum() <= len(c) else nan,',
+        "every completion correct: 0 / 0 is nan in torch, the same nan as the branch's"),
+    'scaleup.evaluate.x_paired_bootstrap__mutmut_7': (
+        'a, b = np.asarray(a, ), np.asarray(b, dtype=float)',
+        "one side's cast alone: bool or int scores minus float ones are float, the same "
+        'values'),
+    'scaleup.evaluate.x_paired_bootstrap__mutmut_9': (
+        'a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=None)',
+        "one side's cast alone: float scores minus bool or int ones are float, the same "
+        'values'),
+    'scaleup.evaluate.x_paired_bootstrap__mutmut_11': (
+        'a, b = np.asarray(a, dtype=float), np.asarray(b, )',
+        "one side's cast alone: float scores minus bool or int ones are float, the same "
+        'values'),
+    'scaleup.logprobs.x_trim__mutmut_16': (
+        'last = int(valid_cols[-1]) + 1 if len(valid_cols) else 2',
+        'a micro-batch without a valid token keeps 1 or 2 completion columns: padded back and'
+        ' all masked either way'),
+    'scaleup.step.x__mb_logprobs__mutmut_1': (
+        'entropy_grad: bool = True):',
+        'only batch_logprobs omits entropy_grad, and it runs under torch.no_grad: no '
+        'graph either way'),
+    'scaleup.step.x__update__mutmut_41': (
+        'first_ratio = None',
+        'the first epoch (inner_epochs >= 1) always sets first_ratio before it is read'),
+    'scaleup.step.x__update__mutmut_53': (
+        'optimizer.zero_grad(set_to_none=False)',
+        'every trainable (LoRA) parameter gets a gradient in every backward: zeroed or None '
+        'before it, the same sums'),
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout

@@ -59,6 +59,8 @@ CASES = {
                   r"gamma must lie in \[0, 1\]"),
     "value_loss-shape": (("value_loss", (Z23, np.zeros((3, 3)), ONES23), {}), ValueError,
                          r"returns must have the shape of values"),
+    "value_loss-mask-shape": (("value_loss", (Z23, Z23, np.ones((1, 3))), {}), ValueError,
+                              r"mask must have the shape of values \(2, 3\), got \(1, 3\)"),
     "rng-wrong": (("reinforce_gradient", (np.zeros(3), np.zeros(3), 4, 0.0, 7), {}),
                   TypeError, r"rng must be"),
 }

@@ -1558,3 +1558,17 @@ def test_make_train_without_dynamic_sampling_samples_exactly_the_batch():
     cfg = CountingConfig(steps=1, n_prompts=2, group_size=2)
     _, metrics = jax.jit(make_train(cfg))(jax.random.key(0))
     assert int(metrics["sampled_tokens"][0]) == 2 * 2 * cfg.length == 20
+
+
+# --- the full run of 2026-12-03 ---
+
+
+def test_select_groups_keeps_sampling_order_among_many_groups(impl):
+    """40 groups (torch's unstable CPU sort reorders equal keys above 16 elements): the
+    varying groups first, then the zero-variance ones, each in sampling order."""
+    varies = np.random.default_rng(0).random(40) < 0.5
+    grouped = np.where(varies[:, None], [[0.0, 1.0]], [[1.0, 1.0]])
+    kept = impl.numpy(impl.mod.select_groups(impl.array(grouped, np.float32), 40))
+    order = [i for i in range(40) if varies[i]] + [i for i in range(40) if not varies[i]]
+    assert 10 < varies.sum() < 30
+    assert kept.tolist() == order

@@ -403,8 +403,7 @@ def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
         "sample_tokens_per_s": tokens_per_s,
         "trained_rows": int(trained_rows),
     }
-    stats = dict.fromkeys(("loss", *CLIP_KEYS, "entropy", "kl", "max_abs_log_ratio",
-                           *MISMATCH_KEYS), float("nan"))
+    stats = dict.fromkeys(update_stat_names(cfg), float("nan"))
     if trained_rows:  # some rank has rows to train: every rank takes part in the update
         stats = _update(model, optimizer, batch if len(batch) else zero_weight_row(full), cfg,
                         ddp)
@@ -445,6 +444,15 @@ def reuses_training_forward(cfg: TrainConfig) -> bool:
     ``--separate-logp-old`` asks for the pass (and its health check)."""
     return (cfg.inner_epochs == 1 and cfg.top_entropy_quantile == 1
             and not cfg.separate_logp_old)
+
+
+def update_stat_names(cfg: TrainConfig) -> tuple[str, ...]:
+    """The names of the statistics :func:`_update` returns: a step that trains no row
+    (every group dropped by dynamic sampling, on every rank) logs them as nan, so every
+    step's record has the same fields."""
+    grad = ("grad_norm",) if cfg.max_grad_norm > 0 else ()
+    return ("loss", *CLIP_KEYS, "entropy", "kl", *grad, "first_epoch_max_abs_log_ratio",
+            *MISMATCH_KEYS)
 
 
 def _update(model, optimizer, batch: Batch, cfg: TrainConfig, ddp=None) -> dict[str, float]:

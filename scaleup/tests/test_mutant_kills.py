@@ -1462,3 +1462,256 @@ def test_grpo_step_masks_truncated_completions_when_asked(policy, tokenizer, mon
             grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg,
                       stops, CPU)
     assert seen == [True, True, True, False, False, False]
+
+
+# --- the full run of 2026-12-03 ---
+
+
+def test_run_model_evaluates_the_starting_model_with_the_adapter_disabled(tokenizer,
+                                                                          monkeypatch):
+    """``adapter=False`` decodes inside ``model.disable_adapter()`` (the starting model),
+    ``adapter=True`` outside it (the checkpoint): a stand-in model records which."""
+    import contextlib
+
+    import scaleup.evaluate as evaluate_module
+
+    class Model:
+        disabled = False
+
+        @contextlib.contextmanager
+        def disable_adapter(self):
+            self.disabled = True
+            yield
+            self.disabled = False
+
+    seen = []
+
+    def recording(model, tok, chunk, group_size, max_new_tokens, stop_ids, device, **kw):
+        seen.append(model.disabled)
+        n = len(chunk)
+        return Rollouts(*(torch.zeros(n, 1),) * 4, torch.zeros(n, dtype=torch.bool),
+                        ["0"] * n, list(chunk), 0.0)
+
+    monkeypatch.setattr(evaluate_module, "sample_rollouts", recording)
+    problems = [Problem("q", "1")] * 3
+    run_model(Model(), tokenizer, ArithmeticTask(), problems, 5, 2, [7], CPU, adapter=False)
+    assert seen == [True, True]
+    seen.clear()
+    run_model(Model(), tokenizer, ArithmeticTask(), problems, 5, 2, [7], CPU, adapter=True)
+    assert seen == [False, False]
+
+
+def test_run_model_refuses_rollouts_of_another_length_than_its_problems(tokenizer,
+                                                                         monkeypatch):
+    """A decoder that returns fewer completions than problems is an error, not a
+    silently shorter evaluation."""
+    import scaleup.evaluate as evaluate_module
+
+    def short(model, tok, chunk, group_size, max_new_tokens, stop_ids, device, **kw):
+        n = len(chunk)
+        return Rollouts(*(torch.zeros(n, 1),) * 4, torch.zeros(n, dtype=torch.bool),
+                        ["0"] * (n - 1), list(chunk), 0.0)
+
+    monkeypatch.setattr(evaluate_module, "sample_rollouts", short)
+    with pytest.raises(ValueError, match="zip"):
+        run_model(None, tokenizer, ArithmeticTask(), [Problem("q", "1")] * 2, 5, 2, [7], CPU)
+
+
+def test_paired_bootstrap_of_bool_scores_is_that_of_their_floats():
+    """The records' ``correct`` values are bools: they are scored as 0/1 (NumPy refuses
+    ``bool - bool``)."""
+    a = np.array([True, True, False, True, False])
+    b = np.array([False, True, False, False, False])
+    assert paired_bootstrap(a, b, 300, 2) == paired_bootstrap(a * 1.0, b * 1.0, 300, 2)
+    assert paired_bootstrap(a, b, 300, 2)[0] == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("show", [True, False])
+def test_evaluate_run_progress_bar_counts_both_models_problems(tmp_path, tiny_dir,
+                                                               monkeypatch, show):
+    """The bar (a recording stand-in for tqdm) is labelled "eval", counts problems,
+    totals the problems of both models, is drawn exactly when ``show_progress``, and is
+    advanced to its total."""
+    import scaleup.evaluate as evaluate_module
+    from scaleup.train import train
+
+    bars = []
+
+    class Bar:
+        def __init__(self, **kw):
+            self.kw, self.n = kw, 0
+            bars.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, k):
+            self.n += k
+
+        @staticmethod
+        def write(message):
+            pass
+
+    out = tmp_path / "run"
+    train(small_cfg(model=str(tiny_dir), output_dir=str(out), steps=1, save_every=1,
+                    max_new_tokens=2), show_progress=False)
+    monkeypatch.setattr(evaluate_module, "tqdm", Bar)
+    r = evaluate_run(out, n_problems=3, batch_size=2, n_samples=1, max_new_tokens=2,
+                     n_boot=20, show_progress=show)
+    (bar,) = bars
+    assert r["n_problems"] == 3
+    assert {k: bar.kw[k] for k in ("total", "desc", "unit", "disable")} == {
+        "total": 6, "desc": "eval", "unit": "problem", "disable": not show}
+    assert bar.n == 6
+
+
+class _ByPromptTask(ParityTask):
+    """Reward 1 for every completion of the first problem, 0 for the second: two groups
+    of zero variance, one at the top and one at the bottom of the rewards."""
+
+    def score(self, completion, problem):
+        return int(problem.prompt.endswith("-0."))
+
+
+def test_a_step_whose_groups_all_have_zero_variance_trains_nothing_and_says_so(
+        policy, tokenizer):
+    """Both groups have zero variance (one all 1, one all 0: each group's max equals ITS
+    min, not the batch's): ``frac_reward_zero_std`` is 1, dynamic sampling keeps no row,
+    and the loss statistics are nan under the same names as a step that trains."""
+    model, stops = policy
+    cfg = small_cfg(prompts_per_step=2, dynamic_sampling=True)
+    opt = make_optimizer(model, cfg)
+    torch.manual_seed(0)
+    m = grpo_step(model, tokenizer, opt, _ByPromptTask(), 0, cfg, stops, CPU)
+    assert m["frac_reward_zero_std"] == 1.0 and m["mean_reward"] == 0.5
+    assert m["trained_rows"] == 0
+    trained = grpo_step(model, tokenizer, opt, ParityTask(), 1, small_cfg(), stops, CPU)
+    assert trained["trained_rows"] > 0
+    assert set(m) == set(trained)
+    stats = set(m) - {"step", "mean_reward", "frac_reward_zero_std", "len_correct",
+                      "len_incorrect", "truncated_frac", "sample_tokens_per_s",
+                      "trained_rows", "step_time_s", "peak_mem_gb"}
+    assert {"loss", "entropy", "kl", "grad_norm", "first_epoch_max_abs_log_ratio"} <= stats
+    assert all(math.isnan(m[k]) for k in stats), {k: m[k] for k in stats if not math.isnan(m[k])}
+    no_clip = small_cfg(max_grad_norm=0.0)
+    plain = grpo_step(model, tokenizer, opt, ParityTask(), 2, no_clip, stops, CPU)
+    assert "grad_norm" not in plain
+    assert set(step_module.update_stat_names(no_clip)) == set(plain) - (set(m) - stats)
+
+
+def test_grpo_step_moves_the_rewards_to_its_device_and_counts_tokens_per_second(
+        policy, tokenizer, monkeypatch):
+    """The checker's rewards are moved to the step's device; ``sample_tokens_per_s`` is
+    the rollouts' response tokens over their own sampling time (a recording sampler)."""
+    model, stops = policy
+    cfg = small_cfg(prompts_per_step=2)
+    moved = []
+    rewards_of = step_module.rewards_of
+
+    class Recorded(torch.Tensor):
+        def to(self, *args, **kw):
+            moved.append(args or kw)
+            return torch.Tensor.to(torch.Tensor(self), *args, **kw)
+
+    monkeypatch.setattr(step_module, "rewards_of",
+                        lambda task, roll: rewards_of(task, roll).as_subclass(Recorded))
+    sampler = RecordingSampler(model)
+    m = grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg, stops,
+                  CPU, sampler=sampler)
+    assert moved == [(CPU,)]
+    (roll,) = sampler.rollouts
+    assert 0 < roll.sample_seconds < 1  # so a floor of 1 s would show
+    want = float(roll.response_mask.sum()) / roll.sample_seconds
+    assert m["sample_tokens_per_s"] == pytest.approx(want, rel=1e-6)
+
+
+def test_chat_prompts_are_one_user_turn_with_the_assistant_turn_opened(tokenizer):
+    """ChatML (the tiny tokenizer has Qwen2's template), written out by hand."""
+    got = chat_prompts(tokenizer, [Problem("What is 2 + 2?", "4")])
+    assert got == ["<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"]
+
+
+def test_response_mask_builds_its_stop_ids_on_the_completions_device(monkeypatch):
+    """The stop ids' tensor is built on the completions' device (``torch.isin`` needs
+    both on one GPU; recorded by a wrapper of ``torch.tensor``, "meta" here), and the
+    mask by hand."""
+    import scaleup.rollout as rollout
+
+    made, tensor = [], torch.tensor
+
+    def recording(data, *args, **kw):
+        made.append(kw.get("device"))
+        return tensor(data, *args, **kw)
+
+    ids = torch.zeros(2, 3, dtype=torch.int64, device="meta")
+    monkeypatch.setattr(rollout.torch, "tensor", recording)
+    m = rollout.response_mask(ids, [5, 6])
+    monkeypatch.undo()
+    assert made == [ids.device]
+    assert m.device.type == "meta" and m.shape == (2, 3) and m.dtype == torch.float32
+    cpu = rollout.response_mask(torch.tensor([[1, 5, 2], [6, 6, 1], [1, 2, 3]]), [5, 6])
+    assert cpu.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+
+
+def test_sample_rollouts_stops_generate_at_the_stop_ids_given(policy, tokenizer):
+    """The stop ids given (not the model's own eos) are ``generate``'s eos tokens."""
+    model, stops = policy
+    rec = RecordingModel(model)
+    sample_rollouts(rec, tokenizer, [Problem("What is 1 + 1?", "2")], 2, 2, [4, 9], CPU,
+                    greedy=True)
+    (kw,) = rec.seen
+    assert kw["generation_config"].eos_token_id == [4, 9]
+
+
+def test_check_divisible_defaults_to_the_number_of_processes(monkeypatch):
+    import scaleup.distributed as d
+    from scaleup.config import ConfigError
+
+    d.check_divisible(small_cfg(prompts_per_step=3))  # one process
+    monkeypatch.setattr(d, "world_size", lambda: 2)
+    with pytest.raises(ConfigError, match=r"divisible by the number of processes \(2\)"):
+        d.check_divisible(small_cfg(prompts_per_step=3))
+    d.check_divisible(small_cfg(prompts_per_step=4))
+
+
+def test_rank_share_names_the_items_and_shares_that_do_not_split():
+    from scaleup.distributed import rank_share
+
+    with pytest.raises(ValueError, match=r"^5 items do not split into 2 equal shares$"):
+        rank_share(list(range(5)), 2, 0)
+
+
+def test_step_advantages_pass_their_eps_to_the_group_std():
+    """GRPO over one group [0, 1, 0, 1]: population std 0.5, so A = +-0.5 / (0.5 + eps)
+    for the eps given."""
+    cfg = small_cfg(group_size=4)
+    r = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    got = step_advantages(r, cfg, eps=0.1)
+    want = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) * 0.5 / 0.6
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
+def test_loss_backward_max_sampler_gap_below_one(policy):
+    """The max of ``|logp_new - logp_sampler|`` starts from 0, not from any floor: a
+    sampler 0.01 nats off gives a max well below 1, the batch's own."""
+    from scaleup.logprobs import completion_logprobs
+    from scaleup.step import MISMATCH_KEYS, batch_logprobs, loss_backward
+    from scaleup.tests.test_step import _random_batch
+
+    model, _ = policy
+    batch = _random_batch(seed=4)
+    cfg = small_cfg(micro_batch_size=4, beta=0.0, tis_cap=2.0)
+    lp0, _ = batch_logprobs(model, batch, 6, 3)
+    batch.logp_old, batch.logp_ref = lp0, None
+    gen = torch.Generator().manual_seed(1)
+    batch.logp_sampler = lp0 + 0.01 * torch.randn(lp0.shape, generator=gen)
+    model.zero_grad()
+    stats = loss_backward(model, batch, cfg)
+    lp, _ = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask,
+                                batch.completion_ids, batch.mask, chunk=100)
+    gap = (lp.detach() - batch.logp_sampler)[batch.mask != 0].abs()
+    assert 0 < float(gap.max()) < 0.1
+    assert stats[MISMATCH_KEYS[1]] == pytest.approx(float(gap.max()), rel=1e-4)
