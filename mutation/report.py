@@ -699,6 +699,138 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'optimizer.zero_grad(set_to_none=False)',
         'every trainable (LoRA) parameter gets a gradient in every backward: zeroed or None '
         'before it, the same sums'),
+    'jaxgrpo.counting.x_load_torch_state_dict__mutmut_29': (
+        'param[...] = jnp.asarray(value, None)',
+        "an nnx.Param assigned through [...] keeps its own dtype (float32): a float16 or "
+        "float64 value is cast on assignment, to the same float32 numbers"),
+    'jaxgrpo.counting.x_load_torch_state_dict__mutmut_31': (
+        'param[...] = jnp.asarray(value, )',
+        "as mutant 29: the Param's [...] assignment casts to its float32 dtype"),
+    'scaleup.step.x_loss_backward__mutmut_98': (
+        'adv = (adv[:, None] if (adv.dim() == 1) or True else adv) * keep',
+        "the scale-up's advantages are always (N,) (no value model, no gae): the "
+        "per-token branch is never taken"),
+    'scaleup.step.x_loss_backward__mutmut_124': (
+        'w = micro_batch_weight(mb.mask, None, cfg.agg, normaliser, batch.placeholder)',
+        "the normaliser is always passed (computed once per step), so micro_batch_weight "
+        "never reads total_mask"),
+    'scaleup.logprobs.x__head_logprobs__mutmut_1': (
+        'entropy_grad: bool = True):',
+        "the default is taken only by the no-grad call (torch.is_grad_enabled() False), "
+        "where an entropy with or without no_grad is the same tensor"),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_1': (
+        'chunk: int = 65, with_entropy: bool = False,',
+        "the chunk of positions per LM-head call: each position's log-prob is the same "
+        "whatever the chunks (memory only)"),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_11': (
+        'attn = torch.cat([prompt_mask, completion_mask.to(None)], dim=1)',
+        "a float 0/1 completion mask promotes the cat to float; transformers reads the "
+        "attention mask as 0/1 whatever its dtype"),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_21': (
+        'hidden = decoder(input_ids=ids, attention_mask=None, position_ids=position_ids(attn),',
+        "without a mask transformers splits packed sequences at position_ids == 0: each "
+        "left pad (position 0) is its own sequence, so real tokens still see only real ones"),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_22': (
+        'hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=None,',
+        "positions 0.. instead of counted over real tokens shift a row's real tokens by "
+        "its padding: rotary attention depends only on relative positions (1e-6 here)"),
+    'scaleup.logprobs.x_completion_logprobs__mutmut_26': (
+        'hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False)'
+        '.last_hidden_state',
+        "as mutant 22: no position_ids is a uniform shift per row, invisible to rotary "
+        "attention over masked padding"),
+    'scaleup.logprobs.x_position_ids__mutmut_4': (
+        'return (attention_mask.long().cumsum(+1) - 1).clamp(min=0)',
+        "the mask is 2-D (rows, positions): dim 1 is dim -1"),
+    'torchref.loss.x_clip_metrics__mutmut_26': (
+        '_check(logp_new, logp_old, logp_new, adv, mask, clip_eps, 1.0, "token", '
+        'clip_eps_high,',
+        "beta is only checked to be >= 0, and the metrics have no KL term"),
+    'jaxgrpo.counting.x_sample_completions__mutmut_33': (
+        'unroll=False)',
+        "the sampling scan's unroll is a compilation choice: the same tokens from the same "
+        "uniforms"),
+    'jaxgrpo.counting.x_sample_completions__mutmut_41': (
+        ')[..., 0]',
+        "jnp.take_along_axis's axis defaults to -1, the axis given"),
+    'torchref.loss.x__masked_log_ratio__mutmut_6': (
+        'zero = torch.zeros((), device=logp_new.device)',
+        "as mutant 3: a 0-dim float zero takes the dimensioned operand's float dtype in "
+        "torch.where"),
+    'torchref.loss.x__masked_log_ratio__mutmut_7': (
+        'zero = torch.zeros((), dtype=logp_new.dtype, )',
+        "as mutant 4: a 0-dim CPU tensor joins tensors of any device in torch.where"),
+    'torchref.loss.x_grpo_loss__mutmut_65': (
+        'w = valid.to(None)',
+        "w only counts valid tokens (w.sum(), w.sum(dim=1)): a bool tensor sums to the "
+        "same integer counts, and the division promotes to logp_new's dtype"),
+    'torchref.loss.x_grpo_loss__mutmut_216': (
+        'gap = (torch.where(valid, logp_old.detach().to(None), zero)',
+        "the float32 logp_old minus the float64 sampler term promotes to float64 "
+        "exactly: the same gap"),
+    'torchref.loss.x_grpo_loss__mutmut_223': (
+        '- torch.where(valid, logp_sampler.detach().to(None), zero))',
+        "as mutant 216: the subtraction promotes the float32 sampler log-probs exactly"),
+    'jaxgrpo.counting.x_sample_completions__mutmut_50': (
+        'axis=-1)[..., 1]',
+        "index 1 of a size-1 axis: JAX clamps an out-of-bounds index to the last, 0, the "
+        "same log-probs"),
+    'jaxgrpo.counting.x_counting_reward__mutmut_15': (
+        'return jnp.mean(completions == target, axis=1, dtype=None)',
+        "as mutant 18: jnp.mean of a bool array is float32 in JAX 0.10, also under x64"),
+    'jaxgrpo.counting.x_grpo_update__mutmut_49': (
+        'logp_new = jnp.take_along_axis(logp_new, completions[..., None], )[..., 0]',
+        "jnp.take_along_axis's axis defaults to -1, the axis given"),
+    'jaxgrpo.counting.x_steps_runner__mutmut_6': (
+        'steps = jnp.asarray(start_step, ) + jnp.arange(n_steps, dtype=jnp.int32)',
+        "as mutant 4: the steps' integer dtype only numbers the progress reports"),
+    'jaxgrpo.counting.x_steps_runner__mutmut_8': (
+        'steps = jnp.asarray(start_step, jnp.int32) + jnp.arange(n_steps, dtype=None)',
+        "as mutant 10: jnp.arange's default integer is int32 without x64, the same step "
+        "numbers under x64"),
+    'jaxgrpo.counting.xǁCounterPolicyǁlogprob_table__mutmut_6': (
+        'return jax.nn.log_softmax(logits.astype(jnp.float32), )',
+        "jax.nn.log_softmax's axis defaults to -1, the axis given"),
+    'jaxgrpo.counting.xǁCounterPolicyǁlogprob_table__mutmut_7': (
+        'return jax.nn.log_softmax(logits.astype(None), axis=-1)',
+        "the embeddings are float32 (nnx.Embed's param_dtype, also under x64; loading "
+        "keeps the Param's dtype): the cast is a no-op"),
+    'jaxgrpo.loss.x_clip_metrics__mutmut_78': (
+        '0.0 if (dual_clip is None) and False else dual_clip)',
+        "without a dual clip the bound is not used (use_dual_clip is False, static): "
+        "None in place of the placeholder 0.0 changes no metric"),
+    'jaxgrpo.loss.x_clip_metrics__mutmut_80': (
+        '1.0 if dual_clip is None else dual_clip)',
+        "as mutant 78: the placeholder bound is never read without a dual clip"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_100': (
+        'tau = jnp.where(a >= 0, sapo_pos, sapo_neg)',
+        "a token with A = 0 gets the other temperature, but its policy term (and its "
+        "gradient) is 4 / tau * A = 0 whatever tau"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_139': (
+        'gap = jax.lax.stop_gradient(jnp.where(valid, logp_old, 0).astype(None)',
+        "the float32 logp_old minus the float64 sampler term promotes to float64 "
+        "exactly: the same gap"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_147': (
+        '- jnp.where(valid, logp_sampler, 0).astype(None))',
+        "as mutant 139: the subtraction promotes the float32 sampler log-probs exactly"),
+    'jaxgrpo.loss.x__grpo_loss__mutmut_29': (
+        'a = a[:, None] if a.ndim == 1 else jnp.where(valid, a, 1)',
+        "the fill of masked positions' per-token advantages: their log-ratio is 0 (ratio "
+        "1, finite) and their terms are masked again (value and gradient 0)"),
+    'jaxgrpo.loss.x_grpo_loss__mutmut_121': (
+        'b, ec = scalar_or_none(None), scalar_or_none(entropy_coef)',
+        "the KL term is then always built, but the traced-beta guard replaces ref by new "
+        "where beta == 0: a KL of exactly 0 with gradient 0, no 0 * inf"),
+    'jaxgrpo.loss.x_grpo_loss__mutmut_184': (
+        'dual_clip is not None, 0.0 if (dual_clip is None) and False else dual_clip, '
+        'importance_level,',
+        "without a dual clip the bound is not used (use_dual_clip is False, static)"),
+    'jaxgrpo.loss.x_grpo_loss__mutmut_186': (
+        'dual_clip is not None, 1.0 if dual_clip is None else dual_clip, importance_level,',
+        "as mutant 184: the placeholder bound is never read without a dual clip"),
+    'scaleup.step.x_loss_backward__mutmut_242': (
+        '[sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], None, device=total.device)',
+        'all_reduce takes every op other than "sum" for max: None is max'),
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout

@@ -1572,3 +1572,165 @@ def test_select_groups_keeps_sampling_order_among_many_groups(impl):
     order = [i for i in range(40) if varies[i]] + [i for i in range(40) if not varies[i]]
     assert 10 < varies.sum() < 30
     assert kept.tolist() == order
+
+
+# --- the ledger's last mutants, 2026-12-04 ---
+
+
+def test_clip_metrics_count_a_ratio_on_the_band_edge_as_unclipped(impl):
+    """TRL's and verl's strict inequalities: ``ratio < 1 - eps`` (A < 0) and ``ratio >
+    1 + eps`` (A > 0). With eps 0.25 the edges 0.75 and 1.25 are exact in float32 (and
+    the framework's exp(log r) == r there, asserted), so tokens on the edges are not
+    clipped; 0.5 and 1.5, outside, are."""
+    ratio = np.array([[0.75, 1.25, 0.5, 1.5]], np.float32)
+    if impl.name == "jax":
+        import jax.numpy as jnp
+
+        back = np.asarray(jnp.exp(jnp.asarray(np.log(ratio))))
+    else:
+        import torch
+
+        back = torch.exp(torch.from_numpy(np.log(ratio))).numpy()
+    assert (back == ratio).all()
+    adv = np.array([[-1.0, 1.0, -1.0, 1.0]], np.float32)
+    mask = np.ones((1, 4), np.float32)
+    m = impl.clip_metrics(np.log(ratio), np.zeros_like(ratio), adv, mask, np.float32,
+                          clip_eps=0.25)
+    assert {k: float(v) for k, v in m.items()} == {
+        "clip_ratio/low_mean": 0.25, "clip_ratio/high_mean": 0.25,
+        "clip_ratio/region_mean": 0.5}
+
+
+def test_clip_metrics_refuse_a_bad_dual_clip(impl):
+    """``clip_metrics`` checks its options as ``grpo_loss`` does: a dual-clip bound of at
+    most 1 is refused in one line naming it."""
+    x = np.zeros((1, 2), np.float32)
+    with pytest.raises(ValueError, match=re.escape(
+            "dual_clip must be a finite number > 1 (or None), got 0.5")):
+        impl.clip_metrics(x, x, np.ones(1, np.float32), np.ones((1, 2), np.float32),
+                          dual_clip=0.5)
+
+
+def test_jax_counting_draws_prompts_from_the_whole_vocabulary(monkeypatch):
+    """Each step draws its pool of prompts uniformly from all VOCAB_SIZE tokens, 0
+    included: the one ``randint`` of a traced step is over ``[0, VOCAB_SIZE)`` with one
+    prompt per group of the pool (the draw itself is JAX's)."""
+    import jax
+
+    from grpospec import VOCAB_SIZE, CountingConfig
+    from jaxgrpo.counting import make_train
+
+    calls = []
+    randint = jax.random.randint
+
+    def spy(key, shape, minval, maxval, *args, **kwargs):
+        calls.append((tuple(shape), int(minval), int(maxval)))
+        return randint(key, shape, minval, maxval, *args, **kwargs)
+
+    monkeypatch.setattr(jax.random, "randint", spy)
+    cfg = CountingConfig(steps=1, n_prompts=3, group_size=2)
+    jax.eval_shape(make_train(cfg), jax.random.key(0))
+    assert calls == [((3,), 0, VOCAB_SIZE)]
+
+
+@pytest.mark.parametrize("pos, neg", [(None, None), (1.1, 1.3)])
+def test_sapo_loss_with_float64_temperatures_by_hand(impl, pos, neg):
+    """SAPO's loss in float64, with its default temperatures (1.0 for A > 0, 1.05 for
+    A < 0) and with 1.1 and 1.3 (1.05, 1.1 and 1.3 are not float32 numbers, so a
+    temperature held in float32 is off by ~5e-8): ``-mean_t(sigmoid(tau (r - 1)) 4 /
+    tau A)`` to 1e-13."""
+    import jax
+
+    new = np.array([[-0.7, -1.6, -0.2]])
+    old = np.array([[-1.0, -1.5, -0.9]])
+    adv = np.array([[1.0, -1.0, -0.5]])
+    mask = np.ones((1, 3))
+    kw = {} if pos is None else dict(sapo_temperature_pos=pos, sapo_temperature_neg=neg)
+    pos, neg = (1.0, 1.05) if pos is None else (pos, neg)
+    r, tau = np.exp(new - old), np.array([pos, neg, neg])
+    want = -np.mean(4 / tau / (1 + np.exp(-tau * (r[0] - 1))) * adv[0])
+    with jax.enable_x64(True):
+        loss, _ = impl.loss_and_grad(new, old, old, adv, mask, dtype=np.float64,
+                                     loss_mode="sapo", **kw)
+    assert abs(loss - want) < 1e-13 * abs(want), (loss, want)
+
+
+def test_torch_loss_of_float64_log_probs_with_float32_advantages_by_variant():
+    """float64 ``logp_new`` with float32 ``logp_old``, ``logp_ref`` and ``adv``: the
+    dual-clip bound ``c A`` and SAPO's temperatures are float64 too, so the loss equals the
+    all-float64 loss to 1e-13 (``c A`` or ``tau`` in float32 are off by ~1e-8); the
+    dual-clip bound binds on some token here (asserted)."""
+    import torch
+
+    import torchref
+
+    g = np.random.default_rng(5)
+    n, t = 4, 6
+    old, ref = (torch.from_numpy(g.normal(0, 0.3, (n, t)).astype(np.float32))
+                for _ in range(2))
+    adv = torch.from_numpy(g.normal(0, 1, n).astype(np.float32))
+    new = old.double() + torch.from_numpy(g.normal(0, 0.6, (n, t)))
+    mask = torch.ones(n, t)
+    bound = (torch.exp(new - old.double()) > 1.5) & (adv[:, None] < 0)
+    assert bound.any()
+    for kw in (dict(dual_clip=1.5), dict(loss_mode="sapo")):
+        mixed = torchref.grpo_loss(new, old, ref, adv, mask, **kw)
+        full = torchref.grpo_loss(new, old.double(), ref.double(), adv.double(),
+                                  mask.double(), **kw)
+        assert mixed.dtype == torch.float64, kw
+        assert abs(float(mixed) - float(full)) < 1e-13, (kw, float(mixed) - float(full))
+
+
+def test_torch_top_entropy_threshold_of_float32_entropies_is_in_logp_new_dtype():
+    """float64 ``logp_new``, float32 entropies 1 and 1 + 2^-23 (one float32 ulp apart),
+    top quantile 0.75: the threshold 1 + 0.25 * 2^-23 exists in float64 (only the second
+    token is kept) but rounds to 1 in float32 (both would be). The loss is the policy
+    term of the kept token alone: with A = 1 and ratio 1 on both, -1 / 2 (agg token)."""
+    import torch
+
+    import torchref
+
+    new = torch.zeros(1, 2, dtype=torch.float64)
+    ent = torch.tensor([[1.0, 1.0 + 2.0 ** -23]], dtype=torch.float32)
+    assert ent[0, 1] != ent[0, 0]
+    loss = torchref.grpo_loss(new, new.float(), new.float(), torch.ones(1), torch.ones(1, 2),
+                              entropy=ent, top_entropy_quantile=0.75)
+    assert float(loss) == -0.5
+
+
+def test_clip_metrics_of_bfloat16_logp_new_keep_float32_logp_old(impl):
+    """bfloat16 ``logp_new`` -1 with float32 ``logp_old`` -0.7762: the float32 ratio
+    exp(-0.2238) = 0.7995 is clipped low (A < 0, eps 0.2); measured in bfloat16 the old
+    log-prob would round to -0.77734375 and the ratio to 0.8008, inside the band."""
+    import jax.numpy as jnp
+
+    assert np.exp(-1 + 0.7762) < 0.8 < np.exp(-1 + 0.77734375)
+    assert float(jnp.asarray(-0.7762, jnp.bfloat16)) == -0.77734375
+    if impl.name == "jax":
+        new, old = jnp.full((1, 1), -1.0, jnp.bfloat16), jnp.full((1, 1), -0.7762, jnp.float32)
+        adv, mask = jnp.full((1,), -1.0), jnp.ones((1, 1))
+    else:
+        import torch
+
+        new = torch.full((1, 1), -1.0, dtype=torch.bfloat16)
+        old = torch.full((1, 1), -0.7762)
+        adv, mask = torch.full((1,), -1.0), torch.ones(1, 1)
+    m = impl.mod.clip_metrics(new, old, adv, mask, clip_eps=0.2)
+    assert float(m["clip_ratio/low_mean"]) == 1.0
+
+
+def test_clip_metrics_of_float32_log_probs_are_the_float32_losss_clipping(impl):
+    """float32 log-ratio -0.22314356 (A < 0, eps 0.2): in float32 the ratio rounds to
+    0.80000001 = float32(0.8), where the loss's float32 clip does not bind, so it is not
+    counted, also under JAX's x64 (in float64 the ratio is 0.79999999 < 0.8)."""
+    import jax
+
+    new = np.array([[-0.22314356]], np.float32)
+    assert np.exp(np.float64(new[0, 0])) < 0.8
+    with jax.enable_x64(True):
+        m = impl.clip_metrics(new, np.zeros_like(new), np.full(1, -1.0), np.ones((1, 1)),
+                              np.float32, clip_eps=0.2)
+        _, grad = impl.loss_and_grad(new, np.zeros_like(new), new, np.full(1, -1.0),
+                                        np.ones((1, 1)), dtype=np.float32)
+    assert m["clip_ratio/low_mean"] == 0.0
+    assert grad[0, 0] != 0  # the loss's clip does not bind there either

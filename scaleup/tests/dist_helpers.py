@@ -187,6 +187,19 @@ def equivalence_run(rank: int, k: int, out_dir: str) -> dict:
     model.zero_grad()
     result["topq_stats"] = loss_backward(model, share, cfg, ddp)
     result["topq_grads"] = lora_grads(model)
+    # the sampler-vs-trainer mismatch (a vLLM sampler's log-probs): the trainer's own
+    # plus 0.001 x (flat index + 1), so rank 1's rows hold the largest gap
+    cfg = grad_cfg("token")
+    model = fixed_policy(cfg)
+    ddp = wrap_ddp(model, torch.device("cpu"))
+    full_s = off_policy(model, fixed_batch())
+    logp_now, _ = batch_logprobs(model, full_s, cfg.micro_batch_size, 3)
+    offsets = 1e-3 * torch.arange(1, full_s.mask.numel() + 1).reshape(full_s.mask.shape)
+    full_s.logp_sampler = logp_now + offsets
+    result["mismatch_offsets"], result["mismatch_valid"] = offsets, full_s.mask != 0
+    model.zero_grad()
+    result["mismatch_stats"] = loss_backward(
+        model, full_s.rows(int(rows[0]), int(rows[-1]) + 1), cfg, ddp)
     # rank 1 lost all its groups (as dynamic sampling may leave it): it updates on a
     # zero-weight row, rank 0 on its 2 groups (4 rows); == the 1-process update on those
     # 2 groups, for every aggregation (the placeholder row counts in no normaliser)

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from scaleup.checkpoint import latest_checkpoint, load_checkpoint, rng_states, save_checkpoint
 from scaleup.config import ConfigError
 from scaleup.distributed import check_divisible, rank_share, world_size
+from scaleup.step import MISMATCH_KEYS
 from scaleup.tests import dist_helpers as H
 from scaleup.tests.conftest import small_cfg
 from scaleup.train import make_optimizer, read_log
@@ -99,6 +100,21 @@ def test_two_process_batch_statistics_equal_one_process(two_ranks, one_rank):
         for key in ("loss", "entropy", "kl"):
             assert two_ranks[r]["topq_stats"][key] == pytest.approx(
                 one_rank["topq_stats"][key], rel=RTOL, abs=ATOL), key
+
+
+def test_two_process_sampler_mismatch_equals_one_process(two_ranks, one_rank):
+    """The sampler-vs-trainer mismatch (``MISMATCH_KEYS``: mean and max ``|logp_sampler -
+    logp_new|`` over the valid tokens) is the whole batch's on every rank: the sampler's
+    log-probs are the trainer's plus 0.001 x (flat index + 1), so the mean and the max
+    are those offsets' over the valid tokens (the max in rank 1's rows, so a sum of the
+    ranks' maxima or a mean of one rank's tokens is wrong)."""
+    offsets, valid = one_rank["mismatch_offsets"], one_rank["mismatch_valid"]
+    want = dict(zip(MISMATCH_KEYS, (float(offsets[valid].mean()), float(offsets[valid].max())),
+                    strict=True))
+    assert float(offsets[valid][: int(valid[:4].sum())].max()) < want[MISMATCH_KEYS[1]] / 1.5
+    for stats in (one_rank["mismatch_stats"], *(r["mismatch_stats"] for r in two_ranks)):
+        for key, value in want.items():
+            assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
 
 
 @pytest.mark.parametrize("agg", ["token", "seq", "constant"])
