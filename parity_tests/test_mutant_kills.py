@@ -1731,6 +1731,6 @@ def test_clip_metrics_of_float32_log_probs_are_the_float32_losss_clipping(impl):
         m = impl.clip_metrics(new, np.zeros_like(new), np.full(1, -1.0), np.ones((1, 1)),
                               np.float32, clip_eps=0.2)
         _, grad = impl.loss_and_grad(new, np.zeros_like(new), new, np.full(1, -1.0),
-                                        np.ones((1, 1)), dtype=np.float32)
+                                     np.ones((1, 1)), dtype=np.float32)
     assert m["clip_ratio/low_mean"] == 0.0
     assert grad[0, 0] != 0  # the loss's clip does not bind there either
