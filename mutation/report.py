@@ -51,10 +51,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ')',
         "the sampling scan's unroll=True dropped: a compilation choice, the same tokens from "
         "the same uniforms in the same order"),
-    'scaleup.evaluate.x_run_model__mutmut_62': (
-        'for text, prob, trunc in zip(roll.texts, chunk, roll.truncated.tolist(), strict=False):',
-        'the rollouts hold one text and one truncation flag per problem of the chunk (one '
-        'completion each): three lists of one length'),
     'scaleup.logprobs.x_completion_logprobs__mutmut_27': (
         ').last_hidden_state',
         "use_cache left to the config (True for Qwen2): the decoder also returns a KV cache, "
@@ -302,19 +298,12 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'return jnp.mean(completions == target, axis=1, )',
         'jnp.mean of a bool array is float32 in JAX 0.10, also under x64 (checked by '
         'test_task_reward_and_token_entropy_are_float32_under_x64)'),
-    'jaxgrpo.counting.x_select_groups__mutmut_18': (
-        'return jnp.argsort(zero_var.astype(jnp.int32), stable=False)[:n_keep]',
-        "XLA's CPU sort of a 0/1 key is stable with stable=False too (checked: "
-        'test_select_groups_and_group_rows_by_hand passes)'),
     'jaxgrpo.counting.x_make_trainer__mutmut_29': (
         'abstract = nnx.eval_shape(lambda: _build(jax.random.key(1)))',
         'the key of eval_shape: only the shapes of the built state are used'),
     'jaxgrpo.counting.x_make_trainer__mutmut_117': (
         'kept = None',
         'kept is read only with dynamic sampling (rollout_metrics adds ds_* only then)'),
-    'torchref.counting.x_counting_reward__mutmut_7': (
-        'steps = torch.arange(1, completions.shape[1] + 1, )',
-        "arange's device: the CPU either way (the counting task runs on the CPU)"),
     'torchref.counting.x__advantages__mutmut_1': (
         'values = ""',
         "values is read only by estimator='gae', which sets it"),
@@ -366,9 +355,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'torch.cuda.synchronize(None)',
         'CUDA only (a timing barrier): None is the current device, which '
         'init_distributed sets to the rank\'s own GPU'),
-    'scaleup.evaluate.x_evaluate_run__mutmut_76': (
-        'with tqdm(total=2 * len(problems), desc="eval", unit="XXproblemXX",',
-        "the progress bar's unit label: display only"),
     'scaleup.step.x_micro_batch_weight__mutmut_9': (
         'normaliser = loss_normaliser(total_mask, agg, )',
         "the placeholder flag dropped from the normaliser only: a placeholder's weight is "
@@ -384,9 +370,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'None) * rewards[:, None]',
         "one_hot's int64 0/1 times the float rewards promotes to the rewards' dtype: the "
         'same values'),
-    'scaleup.evaluate.x_evaluate_run__mutmut_77': (
-        'with tqdm(total=2 * len(problems), desc="eval", unit="PROBLEM",',
-        "the progress bar's unit label: display only"),
     'scaleup.step.x__update__mutmut_84': (
         'optimizer.zero_grad(set_to_none=None)',
         'the zero_grad after the last optimizer step zeroes the gradients instead of freeing '
