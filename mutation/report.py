@@ -199,9 +199,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'ref = jnp.where(valid, jax.lax.stop_gradient(logp_ref).astype(dtype), 1)',
         'the fill value of masked positions of logp_ref: their (finite) KL term is masked '
         'again by where(valid) before use, value and gradient'),
-    'jaxgrpo.loss.x_clip_metrics__mutmut_36': (
-        'clip_eps, None, "token", clip_eps_high, dual_clip, importance_level)',
-        "the beta checked for clip_metrics, which takes none: 0.0 and None both pass"),
     'scaleup.step.x_loss_backward__mutmut_215': (
         'if k >= 1:',
         'with one process all_reduce is the identity: the statistics are the same'),
