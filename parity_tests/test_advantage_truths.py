@@ -134,3 +134,25 @@ def test_overlong_penalty_by_hand(impl):
     got = impl.numpy(impl.mod.overlong_penalty(impl.array([1, 4, 5, 8, 9], np.int64), 8, 4,
                                                0.5))
     np.testing.assert_allclose(got, [0, 0, -0.125, -0.5, -0.5], rtol=1e-6)
+
+
+def test_estimator_advantages_dispatches_each_estimator_by_hand(impl):
+    """The trainers' dispatch (``estimator_advantages``), each estimator by hand on two
+    groups of 3, [3, 0, 0] and [1, 1, 0] (population stds sqrt(2) and sqrt(2)/3; the
+    batch's mean 5/6 and std sqrt(41)/6): the right formula behind each name."""
+    from importlib import import_module
+
+    advantages = import_module(f"{impl.mod.__name__}.advantages")
+    rewards = impl.array(np.array([3.0, 0.0, 0.0, 1.0, 1.0, 0.0]), np.float64)
+    mask, lengths = impl.array(np.ones((6, 2))), impl.array(np.full(6, 2))
+    dev = np.array([2.0, -1.0, -1.0, 1 / 3, 1 / 3, -2 / 3])  # r - the group's mean
+    want = {
+        "grpo": dev / np.repeat([np.sqrt(2) + 1e-6, np.sqrt(2) / 3 + 1e-6], 3),
+        "dr_grpo": dev,
+        "rloo": np.array([3.0, -1.5, -1.5, 0.5, 0.5, -1.0]),  # r - the others' mean
+        "reinforce_pp": (np.array([3.0, 0, 0, 1, 1, 0]) - 5 / 6) / (np.sqrt(41) / 6 + 1e-6),
+    }
+    for estimator, expected in want.items():
+        adv, returns = advantages.estimator_advantages(estimator, rewards, 3, mask, lengths)
+        assert returns is None, estimator
+        np.testing.assert_allclose(impl.numpy(adv), expected, rtol=1e-12, err_msg=estimator)

@@ -209,3 +209,86 @@ def test_stats_fill_reports_a_missing_or_damaged_file_in_one_line(tmp_path, caps
     main(["b", "--stats", str(good)])
     assert json.loads(good.read_text())["tests_by_mangled_function_name"]["b"] == ["t"]
     assert capsys.readouterr().out.endswith("1 functions gained tests\n")
+
+
+def test_ci_sample_is_seeded_per_module_and_leaves_out_edited_functions(tree: Path):
+    """mutation.ci: the same names for the same ledger and seed, ceil(share * pool) of a
+    module's recorded mutants, none of a function edited since it was recorded."""
+    from mutation.ci import sample_names
+
+    path = tree / "ledger.json"
+    ledger.record(_results(**{f"f{i}": 1 for i in range(1, 11)}, m1=1, m2=0), path, tree)
+    data = ledger.read(path)
+    names, edited = sample_names(data, ["pkg.mod"], 0.25, 7, tree)
+    assert edited == [] and len(names) == 3 and len(set(names)) == 3  # ceil(0.25 * 12)
+    pool = {f"pkg.mod.x_f__mutmut_{i}" for i in range(1, 11)} | {
+        "pkg.mod.xǁCǁm__mutmut_1", "pkg.mod.xǁCǁm__mutmut_2"}
+    assert set(names) <= pool
+    assert sample_names(data, ["pkg.mod"], 0.25, 7, tree)[0] == names
+    draws = {tuple(sample_names(data, ["pkg.mod"], 0.25, s, tree)[0]) for s in range(20)}
+    assert len(draws) > 10  # the seed moves the sample
+    assert sorted(sample_names(data, ["pkg.mod"], 1.0, 0, tree)[0]) == sorted(pool)
+    assert len(sample_names(data, ["pkg.mod"], 0.01, 0, tree)[0]) == 1  # at least one
+    (tree / "pkg" / "mod.py").write_text(SRC.replace("x + 1", "x - 1"))
+    names, edited = sample_names(data, ["pkg.mod"], 1.0, 0, tree)
+    assert edited == ["pkg.mod.x_f"]
+    assert sorted(names) == ["pkg.mod.xǁCǁm__mutmut_1", "pkg.mod.xǁCǁm__mutmut_2"]
+
+
+def test_ci_narrows_only_the_modules_and_tests_of_the_mutmut_config():
+    """The scratch copy's [tool.mutmut]: the sampled modules, the given tests, no git;
+    every other option, and the rest of pyproject.toml, as committed."""
+    import tomllib
+
+    from mutation.ci import narrowed_config
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    new = tomllib.loads(narrowed_config(text, ["jaxgrpo.loss", "torchref.loss"],
+                                        ["parity_tests/test_loss_truths.py"]))
+    old = tomllib.loads(text)
+    cfg, was = new["tool"].pop("mutmut"), old["tool"].pop("mutmut")
+    assert new == old
+    assert cfg.pop("only_mutate") == ["jaxgrpo/loss.py", "torchref/loss.py"]
+    assert cfg.pop("pytest_add_cli_args_test_selection") == ["parity_tests/test_loss_truths.py"]
+    assert cfg.pop("use_git_change_detection") is False
+    for key in ("only_mutate", "pytest_add_cli_args_test_selection"):
+        was.pop(key)
+    assert cfg == was and "--ignore=parity_tests/test_spec_mutants.py" in cfg[
+        "pytest_add_cli_args"]
+
+
+def test_ci_fails_on_a_survivor_a_wrong_equivalent_and_no_tests():
+    from mutation.ci import verdicts
+
+    eq = next(iter(report.EQUIVALENT))
+    names = ["a.x_f__mutmut_1", "a.x_f__mutmut_2", "a.x_f__mutmut_3", eq, "a.x_f__mutmut_4"]
+    rows, failures = verdicts(names, {"a.x_f__mutmut_1": 1, "a.x_f__mutmut_2": 0,
+                                      "a.x_f__mutmut_3": 33, eq: 0, "a.x_f__mutmut_4": -24},
+                              {"a.x_f__mutmut_2": 1, eq: 0})
+    assert rows == [("a.x_f__mutmut_1", "killed", "not run"),
+                    ("a.x_f__mutmut_2", "survived", "killed"),
+                    ("a.x_f__mutmut_3", "no tests", "not run"), (eq, "survived", "survived"),
+                    ("a.x_f__mutmut_4", "killed", "not run")]  # -24: a timeout
+    assert [f.split(":")[0] for f in failures] == ["a.x_f__mutmut_2", "a.x_f__mutmut_3"]
+    assert "(the ledger: killed)" in failures[0]
+    _, failures = verdicts([eq], {eq: 1}, {})
+    assert failures == [f"{eq}: named equivalent in mutation/report.py, but killed: the "
+                        "name is wrong, remove it"]
+    assert verdicts(names[:1], {}, {})[1] == [
+        "a.x_f__mutmut_1: not run (the ledger: not run): `mutmut show a.x_f__mutmut_1`; a "
+        "missing test, or an equivalent to name"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--share", "0"], "error: --share must lie in (0, 1], got 0.0"),
+    (["--max-children", "0"], "error: --max-children must be at least 1, got 0"),
+    (["--tests", "parity_tests/nope.py"], "error: --tests: no such test file in "),
+    (["jaxgrpo.nope"], "error: modules: jaxgrpo.nope not in the ledger (expected some of "),
+])
+def test_ci_bad_arguments_are_one_line_naming_the_option(args, message, monkeypatch):
+    from mutation import ci
+
+    monkeypatch.setattr(ci.Path, "is_file", lambda self: True)  # as if mutmut were installed
+    with pytest.raises(SystemExit) as e:
+        ci.main(args)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
