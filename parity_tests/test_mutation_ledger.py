@@ -292,3 +292,19 @@ def test_ci_bad_arguments_are_one_line_naming_the_option(args, message, monkeypa
     with pytest.raises(SystemExit) as e:
         ci.main(args)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_ci_defaults_name_test_files_and_recorded_modules():
+    """CI's subset names files that exist and modules the committed ledger records, and
+    its sample of the committed ledger draws recorded mutants of those modules only."""
+    from mutation import ci
+
+    root = Path(__file__).resolve().parent.parent
+    assert all((root / t).is_file() for t in ci.TESTS)
+    data = ledger.read()
+    recorded = {ledger.module_of(k) for k in data["functions"]}
+    assert set(ci.MODULES) <= recorded
+    names, edited = ci.sample_names(data, list(ci.MODULES), ci.SHARE, ci.SEED, root)
+    assert len(names) == len(set(names)) > 0
+    assert {ledger.module_of(n) for n in names} <= set(ci.MODULES)
+    assert all(n in data["verdicts"] for n in names) or edited  # recorded, or code edited
