@@ -5,7 +5,7 @@
 
 A full run judges 6,886 mutants in about four hours here (README, "Mutation testing");
 this judges a seeded sample of a few modules' mutants (by default 3% of the two losses'
-and the two advantage modules', 64 mutants) with a narrowed test selection (``TESTS``:
+and the two advantage modules', 67 mutants) with a narrowed test selection (``TESTS``:
 the files of the independent truths, the error messages, the kill tests and the
 property tests; no trainer runs), so that CI sees a kill test deleted or weakened, or
 mutmut's set-up broken, without the hours.
