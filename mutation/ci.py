@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from mutation import ledger
-from mutation.report import EQUIVALENT, KILLED, NO_TESTS, SURVIVED, load
+from mutation.report import EQUIVALENT, load, verdict
 
 #: CI's modules: the math both frameworks share the most of.
 MODULES = ("jaxgrpo.loss", "torchref.loss", "jaxgrpo.advantages", "torchref.advantages")
@@ -90,18 +90,9 @@ def narrowed_config(pyproject: str, modules: list[str], tests: list[str]) -> str
 def verdicts(names: list[str], codes: dict[str, int | None],
              recorded: dict[str, int]) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Per name ``(name, verdict, the ledger's)`` and the failures' lines."""
-    def word(code: int | None) -> str:
-        if code is None:
-            return "not run"
-        if code in KILLED:
-            return "killed"
-        if code in SURVIVED:
-            return "survived"
-        return "no tests" if code in NO_TESTS else f"exit code {code}"
-
     rows, failures = [], []
     for name in names:
-        now, then = word(codes.get(name)), word(recorded.get(name))
+        now, then = verdict(codes.get(name)), verdict(recorded.get(name))
         rows.append((name, now, then))
         if name in EQUIVALENT and now == "killed":
             failures.append(f"{name}: named equivalent in mutation/report.py, but killed: "

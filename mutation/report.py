@@ -818,6 +818,18 @@ SURVIVED = {0}
 NO_TESTS = {5, 33}
 
 
+def verdict(code: int | None) -> str:
+    """mutmut's exit code in words: killed, survived, no tests, not run (None) or
+    ``exit code N``."""
+    if code is None:
+        return "not run"
+    if code in KILLED:
+        return "killed"
+    if code in SURVIVED:
+        return "survived"
+    return "no tests" if code in NO_TESTS else f"exit code {code}"
+
+
 def load(root: Path = Path("mutants"), source: Path | None = Path(".")
          ) -> dict[str, dict[str, int | None]]:
     """``{module: {mutant name: exit code or None}}`` from mutmut's meta files; with
@@ -904,20 +916,10 @@ def table(results: dict[str, dict[str, int | None]]) -> tuple[str, list[str]]:
     for module, codes in results.items():
         c = defaultdict(int)
         for name, code in codes.items():
-            if name in EQUIVALENT:
-                c["equivalent"] += 1
-            elif code is None:
-                c["not run"] += 1
-            elif code in KILLED:
-                c["killed"] += 1
-            elif code in SURVIVED:
-                c["survived"] += 1
-                gaps.append(name)
-            elif code in NO_TESTS:
-                c["no tests"] += 1
-                gaps.append(name)
-            else:
-                c["other"] += 1
+            word = "equivalent" if name in EQUIVALENT else verdict(code)
+            word = "other" if word.startswith("exit code") else word
+            c[word] += 1
+            if word not in ("equivalent", "not run", "killed"):
                 gaps.append(name)
         c["mutants"] = len(codes)
         judged = c["mutants"] - c["equivalent"] - c["not run"]
