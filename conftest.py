@@ -9,7 +9,10 @@ mutant, only those tests, stopping at the first failure. Two things matter with 
   programs), so a test that reaches a function through a trace compiled by an earlier
   test is still recorded as reaching it.
 * For a mutant, the tests run cheapest first (the durations measured in the stats phase),
-  so a killed mutant is usually killed in well under a second.
+  so a killed mutant is usually killed in well under a second; but first the test that
+  killed it in an earlier run, when the ledger names one (``mutation/ledger.py``): the
+  test that fails first is written to ``kills.tsv`` in ``mutants/`` (below) and
+  ``mutation.report --record`` keeps it with the verdict.
 
 Each mutant's tests run in a fork of a process that has imported JAX, torch and every
 test module (half a million objects). Two costs there are the garbage collector's, not
@@ -36,6 +39,7 @@ since the first example of a test pays JAX's compile (and math-verify's sympy wa
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -79,6 +83,7 @@ def pytest_collection_finish(session):
     if _in_mutants() and session.config.option.collectonly:
         import gc
 
+        _recorded_killers()
         gc.collect()
         gc.freeze()
 
@@ -182,5 +187,35 @@ def pytest_collection_modifyitems(config, items):
     if not stats.is_file():
         return
     durations = json.loads(stats.read_text()).get("duration_by_test", {})
-    items.sort(key=lambda item: durations.get(item.nodeid, durations.get(
-        "mutants/" + item.nodeid, float("inf"))))
+    killer = _recorded_killers().get(phase)
+    items.sort(key=lambda item: (item.nodeid.removeprefix("mutants/") != killer,
+                                 durations.get(item.nodeid, durations.get(
+                                     "mutants/" + item.nodeid, float("inf")))))
+
+
+@functools.cache
+def _recorded_killers() -> dict[str, str]:
+    """The ledger's test that killed each mutant (mutation/ledger.py), tried first: read
+    once, in mutmut's warm-up (``pytest_collection_finish``), before it forks."""
+    from mutation import ledger
+
+    try:
+        return ledger.killers(ledger.read(Path("mutation/ledger.json")))
+    except (OSError, ledger.LedgerError):
+        return {}  # no ledger here: cheapest first, as without one
+
+
+def pytest_runtest_logreport(report):
+    # Which test killed a mutant (mutmut stops at the first failure, records only the
+    # exit code): one line per kill in mutants/kills.tsv, "mutant<TAB>test<TAB>seconds",
+    # read by ``mutation.report --record`` into the ledger, so later runs try it first
+    # (pytest_collection_modifyitems).
+    phase = _mutmut_phase()
+    if not phase or phase in ("stats", "fail", "mutant_generation") or not report.failed:
+        return
+    line = f"{phase}\t{report.nodeid.removeprefix('mutants/')}\t{report.duration:.3f}\n"
+    fd = os.open("kills.tsv", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())  # one write of a short line: atomic under O_APPEND
+    finally:
+        os.close(fd)

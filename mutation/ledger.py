@@ -10,7 +10,10 @@ verdicts are recorded here, in ``mutation/ledger.json``, with what makes them va
   so while the hash matches today's source, a recorded name is still the same mutant.
 * ``verdicts``: ``{mutant name: {"code": mutmut's exit code, "date", "commit"}}``: when
   and on which checkout (``+dirty``: with uncommitted changes) the verdict was first
-  recorded; recording the same verdict again keeps them.
+  recorded; recording the same verdict again keeps them. A kill also names, when
+  mutmut's run recorded it (``kills.tsv``, written by the root ``conftest.py``), the
+  test that failed first (``"killed_by"``): later runs try that test first (a hint for
+  the order only: a mutant is still judged by all of its tests until one fails).
 
 A verdict whose function has been edited since (its hash differs) is stale: it is not
 counted, and recording that function again drops its old verdicts (they were of other
@@ -38,6 +41,10 @@ from pathlib import Path
 
 LEDGER = Path(__file__).with_name("ledger.json")
 VERSION = 1
+# mutmut's exit codes of a mutant (mutation.report.verdict puts them in words)
+KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout
+SURVIVED = {0}
+NO_TESTS = {5, 33}
 
 
 class LedgerError(Exception):
@@ -118,7 +125,8 @@ def _well_formed(data) -> bool:
             known = function_key(name) in data["functions"]
         except ValueError:
             return False
-        if not (known and isinstance(v, dict) and type(v.get("code")) is int):
+        if not (known and isinstance(v, dict) and type(v.get("code")) is int
+                and isinstance(v.get("killed_by", ""), str)):
             return False
     return True
 
@@ -135,11 +143,15 @@ def fresh(ledger: Mapping, source: Path = Path(".")) -> tuple[dict[str, int], se
 
 
 def merge(ledger: Mapping, results: Mapping[str, Mapping[str, int | None]],
-          source: Path = Path("."), *, date: str, commit: str) -> tuple[dict, int]:
+          source: Path = Path("."), *, date: str, commit: str,
+          killers: Mapping[str, str] | None = None) -> tuple[dict, int]:
     """A new ledger: ``ledger`` plus the judged mutants of ``results`` (mutation.report's
     ``{module: {name: code or None}}``, from ``mutants/``); returns it and how many
     verdicts were added or changed. Every function of ``results`` is recorded with its
-    hash and mutant count; a function whose hash changed loses its old verdicts."""
+    hash and mutant count; a function whose hash changed loses its old verdicts.
+    ``killers`` (``{name: test}``, from ``read_kills``) names the test that killed a
+    mutant; it is kept with the verdict of a killed mutant only."""
+    killers = killers or {}
     out = {"version": VERSION, "functions": dict(ledger["functions"]),
            "verdicts": dict(ledger["verdicts"])}
     per_function: dict[str, list[str]] = defaultdict(list)
@@ -162,10 +174,16 @@ def merge(ledger: Mapping, results: Mapping[str, Mapping[str, int | None]],
         for name, code in codes.items():
             if code is None or function_key(name) not in hashes:
                 continue
-            if out["verdicts"].get(name, {}).get("code") == code:
-                continue  # the same verdict: keep when and where it was first measured
+            old = out["verdicts"].get(name, {})
+            killer = killers.get(name) if code in KILLED else None
+            if old.get("code") == code:
+                # the same verdict: keep when and where it was first measured
+                if killer and old.get("killed_by") != killer:
+                    out["verdicts"][name] = {**old, "killed_by": killer}
+                continue
             changed += 1
-            out["verdicts"][name] = {"code": code, "date": date, "commit": commit}
+            out["verdicts"][name] = {"code": code, "date": date, "commit": commit,
+                                     **({"killed_by": killer} if killer else {})}
     out["verdicts"] = dict(sorted(out["verdicts"].items()))
     out["functions"] = dict(sorted(out["functions"].items()))
     return out, changed
@@ -191,6 +209,30 @@ def overlay(ledger: Mapping, results: Mapping[str, Mapping[str, int | None]],
         for i in range(1, f["mutants"] + 1):
             codes[f"{key}__mutmut_{i}"] = valid.get(f"{key}__mutmut_{i}")
     return {m: out[m] for m in sorted(out)}, changed
+
+
+def read_kills(path: Path) -> dict[str, str]:
+    """``{mutant name: the test that failed first}`` from the root ``conftest.py``'s
+    ``kills.tsv`` (lines ``mutant<TAB>test<TAB>seconds``; a mutant run again: its last
+    line). Raises ``LedgerError`` naming the first malformed line."""
+    out: dict[str, str] = {}
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        parts = line.split("\t")
+        try:
+            ok = len(parts) == 3 and "__mutmut_" in parts[0] and parts[1] and float(parts[2]) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise LedgerError(f"{path}, line {i}: expected 'mutant<TAB>test<TAB>seconds', got "
+                              f"{line[:80]!r}: delete the file or that line")
+        out[parts[0]] = parts[1]
+    return out
+
+
+def killers(ledger: Mapping) -> dict[str, str]:
+    """``{mutant name: the test that killed it}``, for the recorded kills that name it
+    (any function version: only an order hint, see the module's docstring)."""
+    return {n: v["killed_by"] for n, v in ledger["verdicts"].items() if "killed_by" in v}
 
 
 def head_commit(source: Path = Path(".")) -> str:
@@ -220,12 +262,13 @@ def _locked(path: Path):
 
 
 def record(results: Mapping[str, Mapping[str, int | None]], path: Path = LEDGER,
-           source: Path = Path(".")) -> int:
-    """Adds ``results``' verdicts to the ledger file (read, merged and replaced under a
-    lock, written to a temporary file first); returns how many were added or changed."""
+           source: Path = Path("."), killers: Mapping[str, str] | None = None) -> int:
+    """Adds ``results``' verdicts (and ``killers``, see ``merge``) to the ledger file
+    (read, merged and replaced under a lock, written to a temporary file first); returns
+    how many were added or changed."""
     with _locked(path):
-        new, changed = merge(read(path), results, source,
-                             date=dt.date.today().isoformat(), commit=head_commit(source))
+        new, changed = merge(read(path), results, source, date=dt.date.today().isoformat(),
+                             commit=head_commit(source), killers=killers)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
         try:
             with os.fdopen(fd, "w") as f:

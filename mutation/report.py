@@ -813,9 +813,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'all_reduce takes every op other than "sum" for max: None is max'),
 }
 
-KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, or a timeout
-SURVIVED = {0}
-NO_TESTS = {5, 33}
+KILLED, SURVIVED, NO_TESTS = ledger.KILLED, ledger.SURVIVED, ledger.NO_TESTS
 
 
 def verdict(code: int | None) -> str:
@@ -971,8 +969,14 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"error: --record: {', '.join(stale)} changed since mutmut made "
                              f"its mutants in {args.mutants}/, so their verdicts may be of "
                              "older code: run `.venv/bin/mutmut run` first")
-        n = ledger.record(made, args.ledger)
-        print(f"recorded {n} new or changed verdicts in {args.ledger}")
+        kills = args.mutants / "kills.tsv"
+        try:
+            killers = ledger.read_kills(kills) if kills.is_file() else {}
+        except ledger.LedgerError as e:
+            raise SystemExit(f"error: --record: {e}") from None
+        n = ledger.record(made, args.ledger, killers=killers)
+        print(f"recorded {n} new or changed verdicts in {args.ledger}"
+              + (f" (and the killing test of {len(killers)} kills, {kills})" if killers else ""))
         recorded = ledger.read(args.ledger)
     results = load(args.mutants) if args.mutants.is_dir() else {}
     results, changed = ledger.overlay(recorded, results)

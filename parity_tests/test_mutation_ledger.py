@@ -308,3 +308,123 @@ def test_ci_defaults_name_test_files_and_recorded_modules():
     assert len(names) == len(set(names)) > 0
     assert {ledger.module_of(n) for n in names} <= set(ci.MODULES)
     assert all(n in data["verdicts"] for n in names) or edited  # recorded, or code edited
+
+
+def test_record_keeps_the_test_that_killed_a_mutant(tree: Path, monkeypatch):
+    """conftest.py writes mutants/kills.tsv; --record keeps its test with a kill only, and
+    a later run's killer of the same verdict replaces it (not counted as a new verdict)."""
+    monkeypatch.chdir(tree)
+    made = tree / "mutants" / "pkg"
+    made.mkdir(parents=True)
+    (made / "mod.py").write_text(SRC)
+    (made / "mod.py.meta").write_text(json.dumps({"exit_code_by_key": {
+        "pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 0, "pkg.mod.xǁCǁm__mutmut_1": 3}}))
+    kills = tree / "mutants" / "kills.tsv"
+    kills.write_text("pkg.mod.x_f__mutmut_1\tt.py::old\t0.5\n"
+                     "pkg.mod.x_f__mutmut_2\tt.py::flaky\t0.1\n"  # not a kill in the meta
+                     "pkg.mod.x_f__mutmut_1\tt.py::a\t0.25\n")   # run again: last line wins
+    report.main(["--record", "--ledger", "ledger.json"])
+    verdicts = ledger.read(tree / "ledger.json")["verdicts"]
+    assert verdicts["pkg.mod.x_f__mutmut_1"]["killed_by"] == "t.py::a"
+    assert "killed_by" not in verdicts["pkg.mod.x_f__mutmut_2"]
+    assert "killed_by" not in verdicts["pkg.mod.xǁCǁm__mutmut_1"]  # killed, no line for it
+    assert ledger.killers(ledger.read(tree / "ledger.json")) == {
+        "pkg.mod.x_f__mutmut_1": "t.py::a"}
+    kills.write_text("pkg.mod.xǁCǁm__mutmut_1\tt.py::b\t1\n")
+    assert ledger.record(ledger_results := report.load(tree / "mutants"), tree / "ledger.json",
+                         tree, killers=ledger.read_kills(kills)) == 0
+    assert ledger_results["pkg.mod"]["pkg.mod.xǁCǁm__mutmut_1"] == 3
+    assert ledger.killers(ledger.read(tree / "ledger.json")) == {
+        "pkg.mod.x_f__mutmut_1": "t.py::a", "pkg.mod.xǁCǁm__mutmut_1": "t.py::b"}
+
+
+@pytest.mark.parametrize("line", ["pkg.mod.x_f__mutmut_1\tt.py::a",
+                                  "pkg.mod.x_f\tt.py::a\t0.1",
+                                  "pkg.mod.x_f__mutmut_1\tt.py::a\tfast"])
+def test_a_damaged_kills_file_is_one_line_naming_it(tree: Path, monkeypatch, line):
+    monkeypatch.chdir(tree)
+    made = tree / "mutants" / "pkg"
+    made.mkdir(parents=True)
+    (made / "mod.py").write_text(SRC)
+    (made / "mod.py.meta").write_text(json.dumps({"exit_code_by_key": {
+        "pkg.mod.x_f__mutmut_1": 1}}))
+    (tree / "mutants" / "kills.tsv").write_text(f"pkg.mod.x_f__mutmut_2\tt.py::b\t0.1\n{line}\n")
+    with pytest.raises(SystemExit) as e:
+        report.main(["--record", "--ledger", "ledger.json"])
+    assert str(e.value).startswith("error: --record: mutants/kills.tsv, line 2: expected "
+                                   "'mutant<TAB>test<TAB>seconds'")
+    assert "\n" not in str(e.value) and not (tree / "ledger.json").exists()
+
+
+class _Item:
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+
+
+def test_a_mutant_runs_its_recorded_killer_first_then_cheapest_first(tree: Path, monkeypatch):
+    """The root conftest.py, in a mutant's phase inside mutants/: the ledger's killer of
+    that mutant first, the others by the stats phase's durations (unknown ones last)."""
+    import conftest
+
+    monkeypatch.chdir(tree)
+    (tree / "mutation").mkdir()
+    ledger.record(_results(f1=1, f2=1), tree / "mutation" / "ledger.json", tree,
+                  killers={"pkg.mod.x_f__mutmut_1": "t.py::slow"})
+    (tree / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": {
+        "mutants/t.py::fast": 0.1, "t.py::mid": 1.0, "t.py::slow": 9.0}}))
+    conftest._recorded_killers.cache_clear()
+    monkeypatch.setattr(conftest, "_skipped_for", lambda phase: ())
+    order = {}
+    for mutant in ("pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_2"):
+        monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
+        items = [_Item(n) for n in ("t.py::new", "t.py::slow", "t.py::mid", "t.py::fast")]
+        conftest.pytest_collection_modifyitems(None, items)
+        order[mutant] = [i.nodeid for i in items]
+    conftest._recorded_killers.cache_clear()
+    assert order == {"pkg.mod.x_f__mutmut_1": ["t.py::slow", "t.py::fast", "t.py::mid",
+                                                "t.py::new"],
+                     "pkg.mod.x_f__mutmut_2": ["t.py::fast", "t.py::mid", "t.py::slow",
+                                                "t.py::new"]}
+
+
+def test_full_names_every_mutant_but_the_named_equivalents_and_the_judged(tree: Path,
+                                                                         monkeypatch):
+    from mutation import full
+
+    path = tree / "ledger.json"
+    ledger.record(_results(f1=1, f2=0, f3=1, f4=1, m1=1), path, tree)
+    monkeypatch.setattr(full, "EQUIVALENT", {"pkg.mod.x_f__mutmut_2": ("", "")})
+    assert full.names(ledger.read(path), ["pkg.mod"], tree, frozenset({"pkg.mod.x_f__mutmut_4"})
+                      ) == ["pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_3",
+                            "pkg.mod.xǁCǁm__mutmut_1"]
+    (tree / "pkg" / "mod.py").write_text(SRC.replace("return 2", "return 3") + "\n\ndef g():\n"
+                                         "    return 0\n")
+    # m edited and g new: all their mutants, equivalents too (numbers may have moved)
+    assert full.names(ledger.read(path), ["pkg.mod"], tree) == [
+        "pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_3", "pkg.mod.x_f__mutmut_4",
+        "pkg.mod.x_g__mutmut_*", "pkg.mod.xǁCǁm__mutmut_*"]
+    assert full.modules(Path("pyproject.toml"))[:2] == ["jaxgrpo.loss", "jaxgrpo.advantages"]
+
+
+class _Report:
+    def __init__(self, nodeid, failed):
+        self.nodeid, self.failed, self.duration = nodeid, failed, 0.25
+
+
+def test_a_mutants_first_failing_test_is_written_to_kills_tsv(tree: Path, monkeypatch):
+    import conftest
+
+    monkeypatch.chdir(tree)
+    for phase, report_ in [("stats", _Report("mutants/t.py::s", True)),
+                           ("pkg.mod.x_f__mutmut_1", _Report("mutants/t.py::ok", False)),
+                           ("pkg.mod.x_f__mutmut_1", _Report("mutants/t.py::a", True)),
+                           ("pkg.mod.xǁCǁm__mutmut_2", _Report("t.py::b", True))]:
+        monkeypatch.setenv("MUTANT_UNDER_TEST", phase)
+        conftest.pytest_runtest_logreport(report_)
+    assert (tree / "kills.tsv").read_text() == (
+        "pkg.mod.x_f__mutmut_1\tt.py::a\t0.250\npkg.mod.xǁCǁm__mutmut_2\tt.py::b\t0.250\n")
+    assert ledger.read_kills(tree / "kills.tsv") == {
+        "pkg.mod.x_f__mutmut_1": "t.py::a", "pkg.mod.xǁCǁm__mutmut_2": "t.py::b"}
+    monkeypatch.delenv("MUTANT_UNDER_TEST")
+    conftest.pytest_runtest_logreport(_Report("t.py::c", True))  # outside mutmut: nothing
+    assert len(ledger.read_kills(tree / "kills.tsv")) == 2
