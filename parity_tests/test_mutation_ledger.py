@@ -300,6 +300,8 @@ def test_ci_defaults_name_test_files_and_recorded_modules():
     from mutation import ci
 
     root = Path(__file__).resolve().parent.parent
+    if root.name == "mutants":  # mutmut's copy: every function trampolined, none as recorded
+        pytest.skip("the ledger records the checkout's functions, not mutmut's copies")
     assert all((root / t).is_file() for t in ci.TESTS)
     data = ledger.read()
     recorded = {ledger.module_of(k) for k in data["functions"]}
