@@ -358,6 +358,22 @@ def test_a_damaged_kills_file_is_one_line_naming_it(tree: Path, monkeypatch, lin
     assert "\n" not in str(e.value) and not (tree / "ledger.json").exists()
 
 
+def _root_conftest():
+    """The checkout's root conftest.py as pytest loaded it (``import conftest`` may find
+    another folder's conftest first, e.g. under pytest-xdist)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parent.parent / "conftest.py"
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) and Path(module.__file__).resolve() == path:
+            return module
+    spec = importlib.util.spec_from_file_location("_root_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class _Item:
     def __init__(self, nodeid):
         self.nodeid = nodeid
@@ -366,7 +382,7 @@ class _Item:
 def test_a_mutant_runs_its_recorded_killer_first_then_cheapest_first(tree: Path, monkeypatch):
     """The root conftest.py, in a mutant's phase inside mutants/: the ledger's killer of
     that mutant first, the others by the stats phase's durations (unknown ones last)."""
-    import conftest
+    conftest = _root_conftest()
 
     monkeypatch.chdir(tree)
     (tree / "mutation").mkdir()
@@ -414,7 +430,7 @@ class _Report:
 
 
 def test_a_mutants_first_failing_test_is_written_to_kills_tsv(tree: Path, monkeypatch):
-    import conftest
+    conftest = _root_conftest()
 
     monkeypatch.chdir(tree)
     for phase, report_ in [("stats", _Report("mutants/t.py::s", True)),
