@@ -4,12 +4,19 @@ sampler, and TRL's ``GRPOTrainer`` on the same work; side by side, in one run.
 1. Sampling throughput (tokens/s) on a random-initialised model with Qwen2.5-0.5B's exact
    architecture (no download), LoRA r=16 on all linear layers, as the trainer samples:
    ``generate`` on the peft model, and vLLM serving the adapter (``--rollout vllm``'s
-   engine); every completion forced to the full length (EOS ignored), random prompts.
+   engine, merged weights); also ``generate`` with the adapter merged (a plain model's
+   speed, like for like with the engine); every completion forced to the full length
+   (EOS ignored), random prompts.
 2. One whole GRPO step (sample, reward, logp_old, update): ``grpo-scaleup``'s
    ``grpo_step`` with ``--rollout hf`` and ``--rollout vllm``, and TRL's ``GRPOTrainer``
    (without vLLM: TRL's vLLM extra wants vllm<=0.31), same model, prompts (the digit task),
    B, G, lengths, LoRA, loss (token mean, "dapo" in TRL), beta 0, one inner epoch,
-   float32, 1 thread. Median step time over the steps after the first.
+   float32 (``--step-dtype``), 1 thread (``--threads``). Median step time over the steps
+   after the first.
+
+``--threads N`` gives every sampler and trainer the same N cores: N torch threads, and
+vLLM's OpenMP threads bound to N cores (``VLLM_CPU_OMP_THREADS_BIND``, as
+``grpo-scaleup --threads N --rollout vllm`` does); by default vLLM binds 1 core of 2.
 
 Usage (needs the ``[vllm-cpu]`` extra and ``trl``; README)::
 
@@ -37,11 +44,16 @@ def parse_args(argv=None):
     p.add_argument("--sample-dtype", default="bfloat16", help="sampling dtype (default bf16)")
     p.add_argument("--step-model", default="tiny", choices=("tiny", "0.5b"),
                    help="model of the GRPO step comparison (default tiny, head_dim 64)")
+    p.add_argument("--step-dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="dtype of the GRPO step comparison (default float32)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads of every sampler and trainer, and vLLM's cores (default 1)")
     p.add_argument("--prompts", type=int, default=8, help="B of the GRPO step (default 8)")
     p.add_argument("--group", type=int, default=8, help="G of the GRPO step (default 8)")
     p.add_argument("--step-tokens", type=int, default=32, help="new tokens (default 32)")
     p.add_argument("--steps", type=int, default=6, help="GRPO steps per trainer (default 6)")
-    p.add_argument("--skip", default="", help="comma list of parts to skip: sampling,trl")
+    p.add_argument("--skip", default="",
+                   help="comma list of parts to skip: sampling,steps,trl")
     p.add_argument("--vllm-eager", action="store_true",
                    help="vLLM without torch.compile (starts in seconds; slower sampling)")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -66,8 +78,13 @@ def save_model(folder: Path, sizes: str, dtype: torch.dtype) -> Path:
 
 
 # ---------------------------------------------------------------- sampling
-def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=False
-                   ) -> list[dict]:
+def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=False,
+                   threads=1) -> list[dict]:
+    """Tokens/s of HF ``generate`` on the peft model (as ``--rollout hf`` samples), of HF
+    ``generate`` with the adapter merged into the weights (a plain model's speed), and of
+    the ``--rollout vllm`` engine (merged weights), on the same prompts. HF runs first:
+    its prefill over 64 prompts peaks at about 10 GB here (prompt logits of the
+    151,936-token vocabulary), which must not meet the engine's memory."""
     from transformers import AutoModelForCausalLM
 
     from scaleup.config import TrainConfig
@@ -77,41 +94,51 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
 
     cfg = TrainConfig(lora_r=16, lora_alpha=32)
     model = add_lora(AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), cfg)
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    cases = [(n, new, torch.randint(0, 256, (n, prompt_len), generator=g))
+             for n in batches for new in lengths]
+
+    def hf(prompts, new):  # every completion forced to ``new`` tokens
+        gen = sampling_config(new, [model.config.eos_token_id], model.config.pad_token_id)
+        gen.min_new_tokens = new
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
+                                 generation_config=gen)
+        seconds = time.perf_counter() - t0
+        return seconds, (out.shape[1] - prompt_len) * len(prompts)
+
+    rows = []
+    for n, new, prompts in cases:
+        h_s, h_tok = hf(prompts, new)
+        model.merge_adapter()
+        m_s, m_tok = hf(prompts, new)
+        model.unmerge_adapter()
+        rows.append({"batch": n, "new_tokens": new, "hf_tokens_per_s": h_tok / h_s,
+                     "hf_s": h_s, "hf_merged_tokens_per_s": m_tok / m_s, "hf_merged_s": m_s})
     t0 = time.perf_counter()
     sampler = VllmSampler(str(folder), dtype, torch.device("cpu"), 16,
-                          prompt_len + max(lengths) + 8, 0.2, enforce_eager=eager)
+                          prompt_len + max(lengths) + 8, 0.05, enforce_eager=eager,
+                          threads=threads)
     startup = time.perf_counter() - t0
     sampler.sync(model)
     vllm = sampler._vllm
-    rows = []
-    g = torch.Generator().manual_seed(0)
-    for n in batches:
-        for new in lengths:
-            prompts = torch.randint(0, 256, (n, prompt_len), generator=g)
-            # vLLM, serving the adapter (a warm-up call first: the first batch compiles)
-            params = vllm.SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, max_tokens=new,
-                                         min_tokens=new, ignore_eos=True, logprobs=0,
-                                         detokenize=False)
-            reqs = [{"prompt_token_ids": p.tolist()} for p in prompts]
-            sampler.llm.generate(reqs[:2], params, use_tqdm=False, lora_request=sampler.lora)
-            t0 = time.perf_counter()
-            outs = sampler.llm.generate(reqs, params, use_tqdm=False, lora_request=sampler.lora)
-            v_s = time.perf_counter() - t0
-            v_tok = sum(len(o.outputs[0].token_ids) for o in outs)
-            # HF generate on the peft model, as --rollout hf samples
-            gen = sampling_config(new, [model.config.eos_token_id], model.config.pad_token_id)
-            gen.min_new_tokens = new
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
-                                     generation_config=gen)
-            h_s = time.perf_counter() - t0
-            h_tok = (out.shape[1] - prompt_len) * n
-            row = {"batch": n, "new_tokens": new, "hf_tokens_per_s": h_tok / h_s,
-                   "vllm_tokens_per_s": v_tok / v_s, "hf_s": h_s, "vllm_s": v_s,
-                   "vllm_over_hf": (v_tok / v_s) / (h_tok / h_s)}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+    for row, (_, new, prompts) in zip(rows, cases, strict=True):
+        params = vllm.SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, max_tokens=new,
+                                     min_tokens=new, ignore_eos=True, logprobs=0,
+                                     detokenize=False)
+        reqs = [{"prompt_token_ids": p.tolist()} for p in prompts]
+        # a warm-up call first: the first batch compiles
+        sampler.llm.generate(reqs[:2], params, use_tqdm=False, lora_request=sampler.lora)
+        t0 = time.perf_counter()
+        outs = sampler.llm.generate(reqs, params, use_tqdm=False, lora_request=sampler.lora)
+        v_s = time.perf_counter() - t0
+        v_tok = sum(len(o.outputs[0].token_ids) for o in outs)
+        row.update(vllm_tokens_per_s=v_tok / v_s, vllm_s=v_s,
+                   vllm_over_hf=(v_tok / v_s) / row["hf_tokens_per_s"],
+                   vllm_over_hf_merged=(v_tok / v_s) / row["hf_merged_tokens_per_s"])
+        print(json.dumps(row), flush=True)
     sampler.close()
     return [{"vllm_startup_s": startup}, *rows]
 
@@ -120,11 +147,11 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
 def step_cfg(folder, args, rollout):
     from scaleup.config import TrainConfig
 
-    return TrainConfig(model=str(folder), device="cpu", dtype="float32", task="digit",
+    return TrainConfig(model=str(folder), device="cpu", dtype=args.step_dtype, task="digit",
                        prompts_per_step=args.prompts, group_size=args.group,
                        max_new_tokens=args.step_tokens, micro_batch_size=args.group,
                        lora_r=16, lora_alpha=32, learning_rate=1e-2, steps=args.steps,
-                       rollout=rollout, threads=1, vllm_gpu_memory_utilization=0.05,
+                       rollout=rollout, threads=args.threads, vllm_gpu_memory_utilization=0.05,
                        vllm_enforce_eager=args.vllm_eager)
 
 
@@ -193,14 +220,15 @@ def bench_trl(folder, args) -> dict:
             max_completion_length=args.step_tokens, learning_rate=1e-2, beta=0.0,
             num_iterations=1, loss_type="dapo", temperature=1.0, top_k=0, top_p=1.0,
             max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True,
-            bf16=False, save_strategy="no", seed=0, lr_scheduler_type="constant",
+            bf16=False, model_init_kwargs={"dtype": args.step_dtype}, save_strategy="no",
+            seed=0, lr_scheduler_type="constant",
             max_grad_norm=1.0, shuffle_dataset=False)
         trainer = GRPOTrainer(
             model=str(folder), reward_funcs=[reward], args=cfg, train_dataset=data,
             processing_class=AutoTokenizer.from_pretrained(folder),
             peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
                                    task_type="CAUSAL_LM"), callbacks=[clock])
-        torch.set_num_threads(1)
+        torch.set_num_threads(args.threads)
         trainer.train()
     return {"trainer": "TRL GRPOTrainer (generate)", "step_s": statistics.median(clock.times[1:]),
             "steps_s": clock.times}
@@ -208,7 +236,7 @@ def bench_trl(folder, args) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.quick:
         args.sample_batches, args.sample_tokens, args.steps = "4", "8", 3
@@ -221,22 +249,28 @@ def main(argv=None) -> dict:
             folder = save_model(tmp / "sample_model", "tiny" if args.quick else "0.5b", dtype)
             result["sampling"] = bench_sampling(
                 folder, dtype, [int(x) for x in args.sample_batches.split(",")],
-                [int(x) for x in args.sample_tokens.split(",")], eager=args.vllm_eager)
-        folder = save_model(tmp / "step_model", args.step_model, torch.float32)
-        steps = [bench_project(folder, args, "hf"), bench_project(folder, args, "vllm")]
-        if "trl" not in skip:
-            steps.append(bench_trl(folder, args))
-        result["grpo_step"] = steps
-    base = result["grpo_step"][0]["step_s"]
-    print("\n| trainer | s/step | vs grpo-scaleup --rollout hf |\n|---|---:|---:|")
-    for s in result["grpo_step"]:
-        print(f"| {s['trainer']} | {s['step_s']:.3f} | {base / s['step_s']:.2f}x |")
+                [int(x) for x in args.sample_tokens.split(",")], eager=args.vllm_eager,
+                threads=args.threads)
+        if "steps" not in skip:
+            folder = save_model(tmp / "step_model", args.step_model,
+                                getattr(torch, args.step_dtype))
+            steps = [bench_project(folder, args, "hf"), bench_project(folder, args, "vllm")]
+            if "trl" not in skip:
+                steps.append(bench_trl(folder, args))
+            result["grpo_step"] = steps
+    if "grpo_step" in result:
+        base = result["grpo_step"][0]["step_s"]
+        print("\n| trainer | s/step | vs grpo-scaleup --rollout hf |\n|---|---:|---:|")
+        for s in result["grpo_step"]:
+            print(f"| {s['trainer']} | {s['step_s']:.3f} | {base / s['step_s']:.2f}x |")
     if "sampling" in result:
-        print("\n| B*G | new tokens | HF generate tok/s | vLLM tok/s | vLLM / HF |\n"
-              "|---:|---:|---:|---:|---:|")
+        print("\n| B*G | new tokens | HF generate (peft) tok/s | HF generate (merged) tok/s | "
+              "vLLM tok/s | vLLM / HF (peft) | vLLM / HF (merged) |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|")
         for r in result["sampling"][1:]:
             print(f"| {r['batch']} | {r['new_tokens']} | {r['hf_tokens_per_s']:.1f} | "
-                  f"{r['vllm_tokens_per_s']:.1f} | {r['vllm_over_hf']:.2f}x |")
+                  f"{r['hf_merged_tokens_per_s']:.1f} | {r['vllm_tokens_per_s']:.1f} | "
+                  f"{r['vllm_over_hf']:.2f}x | {r['vllm_over_hf_merged']:.2f}x |")
         print(f"(vLLM engine start: {result['sampling'][0]['vllm_startup_s']:.1f} s)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

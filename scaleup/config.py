@@ -141,7 +141,8 @@ class TrainConfig:
     report_to: str = "none"
     """experiment tracking: 'none', 'tensorboard' (<output-dir>/tensorboard), 'wandb', 'trackio'"""
     threads: int | None = None
-    """torch CPU threads; None: 1 on CPU (more can be 60x slower on a busy machine)"""
+    """torch CPU threads, the vLLM engine's too with --rollout vllm; None: 1 on CPU (more can
+    be 60x slower on a busy machine)"""
     seed: int = 0
     """seeds the prompts, the LoRA init and the sampling"""
 

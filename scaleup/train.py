@@ -121,7 +121,7 @@ def make_sampler(cfg: TrainConfig, model, tokenizer, device: torch.device):
     max_len = min(_model_max_len(model), PROMPT_ROOM + cfg.max_new_tokens)
     return VllmSampler(cfg.model, next(model.parameters()).dtype, device, cfg.lora_r, max_len,
                        cfg.vllm_gpu_memory_utilization, cfg.vllm_enable_sleep_mode, cfg.seed,
-                       cfg.vllm_enforce_eager, cfg.vllm_weight_sync)
+                       cfg.vllm_enforce_eager, cfg.vllm_weight_sync, cfg.threads)
 
 
 def _model_max_len(model) -> int:

