@@ -254,3 +254,29 @@ def test_report_to_tensorboard_logs_what_log_jsonl_logs(tiny_dir, tmp_path):
           "--group-size", "2", "--max-new-tokens", "3", "--lora-r", "4",
           "--report-to", "tensorboard"])
     assert_tensorboard_matches_log(out, read_log(out / "log.jsonl"))
+
+
+@needs_vllm
+def test_rollout_benchmark_runs_its_smoke_mode(tmp_path, monkeypatch):
+    """``benchmarks/bench_rollout.py --quick`` (tiny sizes, eager engines; TRL is the
+    ``[bench]`` extra, left out here): every row it reports is a positive, finite rate."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.modules.pop("bench_rollout", None)
+    import bench_rollout
+
+    out = tmp_path / "rollout.json"
+    result = bench_rollout.main(["--quick", "--vllm-eager", "--skip", "trl",
+                                 "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    (row,) = result["sampling"][1:]
+    assert (row["batch"], row["new_tokens"]) == (4, 8)
+    for key in ("hf_tokens_per_s", "hf_merged_tokens_per_s", "vllm_tokens_per_s"):
+        assert math.isfinite(row[key]) and row[key] > 0, key
+    assert [s["trainer"] for s in result["grpo_step"]] == [
+        "grpo-scaleup --rollout hf", "grpo-scaleup --rollout vllm"]
+    for s in result["grpo_step"]:
+        assert len(s["steps_s"]) == 3 and s["step_s"] > 0
+    assert all(m is not None and m < TOL for m in result["grpo_step"][1]["logp_diff_max"])
