@@ -8,21 +8,25 @@ mutant, only those tests, stopping at the first failure. Two things matter with 
   every test therefore starts with empty JAX caches (and empty ``lru_cache``s of compiled
   programs), so a test that reaches a function through a trace compiled by an earlier
   test is still recorded as reaching it.
-* For a mutant, the tests run cheapest first (the durations measured in the stats phase),
-  so a killed mutant is usually killed in well under a second; but first the test that
-  killed it in an earlier run, when the ledger names one (``mutation/ledger.py``): the
-  test that fails first is written to ``kills.tsv`` in ``mutants/`` (below) and
-  ``mutation.report --record`` keeps it with the verdict.
+* For a mutant, ``mutation.selection`` says which of the tests that reach it run and
+  in which order: its recorded killer first, then cheapest first. "Cheapest" is what
+  a test costs when a run starts with it: its setup, call and teardown and the setup
+  of each shared fixture it uses (a module fixture that spawns DDP ranks for 12 s),
+  measured in the stats phase (``pytest_runtest_makereport``).
+  The test that fails first is written to ``kills.tsv`` in ``mutants/`` (below) and
+  ``mutation.report --record`` keeps it with the verdict, so the next run tries it first.
 
 Each mutant's tests run in a fork of a process that has imported JAX, torch and every
-test module (half a million objects). Two costs there are the garbage collector's, not
-the tests': pytest's ``unraisableexception`` plugin collects garbage five times per
-session (0.8 s a mutant here; ``pyproject.toml`` turns it off for mutmut), and every
-full collection in a fork walks the parent's objects (and copies their pages). After the
-warm-up collection those objects are moved out of the collector's sight
-(``gc.freeze``, see ``pytest_collection_finish``). Measured here: with the plugin off a
-killed mutant of the loss costs 0.25 s instead of 1.0 s; with the freeze too, 40 of its
-tests run in 0.28 s instead of 0.60 s.
+test module (half a million objects); with ``mutation.runner`` (``mutation.full``) as
+items of that process's open pytest session, without a pytest start of their own. Two
+costs there are the garbage collector's, not the tests': pytest's
+``unraisableexception`` plugin collects garbage five times per session (0.8 s a mutant
+here; ``pyproject.toml`` turns it off for mutmut), and every full collection in a fork
+walks the parent's objects (and copies their pages). After the warm-up collection those
+objects are moved out of the collector's sight (``gc.freeze``, see
+``pytest_collection_finish``). Measured here: with the plugin off a killed mutant of the
+loss costs 0.25 s instead of 1.0 s; with the freeze too, 40 of its tests run in 0.28 s
+instead of 0.60 s.
 
 The multi-process tests run the DDP code in spawned ranks, where mutmut's stats see
 nothing: in the stats phase each rank writes what it reached to a folder, and the hooks
@@ -39,8 +43,6 @@ since the first example of a test pays JAX's compile (and math-verify's sympy wa
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 from pathlib import Path
 
@@ -83,7 +85,9 @@ def pytest_collection_finish(session):
     if _in_mutants() and session.config.option.collectonly:
         import gc
 
-        _recorded_killers()
+        from mutation import selection
+
+        selection.recorded_killers()
         gc.collect()
         gc.freeze()
 
@@ -143,66 +147,62 @@ def pytest_runtest_setup(item):
             cached.cache_clear()
 
 
-#: Per module, the test files that do NOT run for its mutants: a targeted selection, so a
-#: mutant of the loss is judged by the math tests, not by minutes of trainer runs that
-#: reach it too. (Everything else that reaches the mutated function runs.)
-#: The LM lab's tests train transformers for seconds to minutes; they are not the tests of
-#: the shared math (which has its own), so its mutants are judged without them.
-_LM_TESTS = ("parity_tests/test_lm_trainer.py", "parity_tests/test_lm_model.py",
-             "parity_tests/test_lm_sampling.py", "parity_tests/test_lm_tasks.py",
-             "parity_tests/test_cli.py::test_lm", "parity_tests/test_cli.py::test_bad_lm")
-MUTATION_SKIPS = {
-    ("jaxgrpo.loss", "jaxgrpo.advantages", "jaxgrpo.bandit", "torchref.loss",
-     "torchref.advantages", "torchref.bandit", "grpospec.checks"): (
-        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_cli.py",
-        "parity_tests/test_counting.py::test_jax_learns", "parity_tests/test_counting.py::"
-        "test_torch_learns", "parity_tests/test_lab.py::test_grpo_learns",
-        "parity_tests/test_spec_mutants.py", *_LM_TESTS),
-    ("jaxgrpo.counting", "torchref.counting"): (
-        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py",
-        *_LM_TESTS),
-    ("scaleup.",): ("parity_tests/",),
-}
+#: In the stats phase: what setting up each shared (module- or session-scoped) fixture
+#: cost, by its definition (the setup time of the first test that asked for it), and
+#: what each test costs when a mutant's run starts with it (mutation.selection's order).
+_FIXTURE_SETUP: dict[tuple[str, str], float] = {}
+_COST_ALONE: dict[str, float] = {}
 
 
-def _skipped_for(mutant: str) -> tuple[str, ...]:
-    for modules, skips in MUTATION_SKIPS.items():
-        if any(mutant.startswith(m if m.endswith(".") else m + ".") for m in modules):
-            return skips
-    return ()
+def pytest_runtest_makereport(item, call):
+    # mutmut's stats time only a test's call phase. Its timeouts (a multiple of the sum
+    # over a mutant's tests) then miss the setups (two DDP ranks spawned by a module
+    # fixture: 12 s), so each test's duration here also counts its setup and teardown.
+    # The order of a mutant's tests needs more: the first test of a module fixture that a
+    # mutant's run reaches pays that fixture's setup again, so its cost alone (written to
+    # mutation-costs.json at the end of the stats) adds the setup of each shared fixture
+    # it uses.
+    if _mutmut_phase() != "stats":
+        return
+    from mutmut.state import state
+
+    nodeid, seconds = item.nodeid, call.duration
+    if call.when == "setup":
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        shared = [(defs[n][-1].baseid, n) for n in item.fixturenames
+                  if n in defs and defs[n][-1].scope != "function"]
+        built = [k for k in shared if k not in _FIXTURE_SETUP]
+        for key in built:  # this test's setup built them (and its own fixtures)
+            _FIXTURE_SETUP[key] = seconds
+        _COST_ALONE[nodeid] = _COST_ALONE.get(nodeid, 0.0) + sum(
+            _FIXTURE_SETUP[k] for k in shared if k not in built)
+    _COST_ALONE[nodeid] = _COST_ALONE.get(nodeid, 0.0) + seconds
+    if call.when != "call":  # mutmut adds the call itself
+        durations = state().duration_by_test
+        durations[nodeid] = durations.get(nodeid, 0.0) + seconds
+
+
+def pytest_sessionfinish(session):
+    if _mutmut_phase() == "stats" and _COST_ALONE:
+        from mutation import selection
+
+        selection.add_costs(_COST_ALONE)
 
 
 def pytest_collection_modifyitems(config, items):
+    # A mutant run as a pytest session of its own: mutation.selection's tests, in its
+    # order (mutation.runner uses the same in its open session).
     phase = _mutmut_phase()
     if not phase or phase in ("stats", "fail", "mutant_generation"):
         return
-    skips = _skipped_for(phase)
-    if skips:
-        kept = [i for i in items if not i.nodeid.removeprefix("mutants/").startswith(skips)]
-        dropped = [i for i in items if i not in kept]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = kept
-    stats = Path("mutmut-stats.json")  # mutmut runs the tests from inside mutants/
-    if not stats.is_file():
-        return
-    durations = json.loads(stats.read_text()).get("duration_by_test", {})
-    killer = _recorded_killers().get(phase)
-    items.sort(key=lambda item: (item.nodeid.removeprefix("mutants/") != killer,
-                                 durations.get(item.nodeid, durations.get(
-                                     "mutants/" + item.nodeid, float("inf")))))
+    from mutation import selection
 
-
-@functools.cache
-def _recorded_killers() -> dict[str, str]:
-    """The ledger's test that killed each mutant (mutation/ledger.py), tried first: read
-    once, in mutmut's warm-up (``pytest_collection_finish``), before it forks."""
-    from mutation import ledger
-
-    try:
-        return ledger.killers(ledger.read(Path("mutation/ledger.json")))
-    except (OSError, ledger.LedgerError):
-        return {}  # no ledger here: cheapest first, as without one
+    kept = selection.for_mutant(items, phase, selection.durations(),
+                                selection.recorded_killers())
+    if len(kept) < len(items):
+        dropped = set(map(id, kept))
+        config.hook.pytest_deselected(items=[i for i in items if id(i) not in dropped])
+    items[:] = kept
 
 
 def pytest_runtest_logreport(report):

@@ -13,8 +13,9 @@ mutmut's set-up broken, without the hours.
 How: the checkout's tracked files (as they are in the working tree) are copied into a
 scratch folder, whose ``pyproject.toml`` gets the narrowed ``[tool.mutmut]``
 (``only_mutate``: the modules; ``pytest_add_cli_args_test_selection``: ``TESTS``; the
-rest as configured); ``mutmut run NAMES`` runs there (its own mutants, stats and clean
-run), so nothing of the checkout, its ``mutants/`` included, is touched. The sample is
+rest as configured); ``mutmut run NAMES`` runs there (through ``mutation.runner``, as
+in ``mutation.full``; its own mutants, stats and clean run), so nothing of the
+checkout, its ``mutants/`` included, is touched. The sample is
 drawn from the mutants ``mutation/ledger.json`` records for functions unchanged since
 (mutmut numbers a function's mutants from its source alone, so a name is the same
 mutant while the hash matches): the same names on every machine for the same code.
@@ -132,10 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_children < 1:
         raise SystemExit(f"error: --max-children must be at least 1, got {args.max_children}")
     root = Path(__file__).resolve().parent.parent
-    mutmut = Path(sys.executable).with_name("mutmut")
-    if not mutmut.is_file():
-        raise SystemExit(f"error: mutmut is not installed next to {sys.executable}: "
-                         '.venv/bin/pip install -e ".[mutation]"')
+    try:
+        import mutmut  # noqa: F401 - run below by mutation.runner, in a subprocess
+    except ImportError:
+        raise SystemExit(f"error: mutmut is not installed for {sys.executable}: "
+                         '.venv/bin/pip install -e ".[mutation]"') from None
     unknown = [t for t in args.tests if not (root / t).exists()]
     if unknown:
         raise SystemExit(f"error: --tests: no such test file in {root}: {', '.join(unknown)}")
@@ -163,9 +165,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.seed}), judged by {' '.join(args.tests)}; scratch copy {scratch}",
               flush=True)
         start = time.monotonic()
-        run = subprocess.run([str(mutmut), "run", "--max-children", str(args.max_children),
-                              *names], cwd=scratch, env=os.environ | {"TERM": "dumb"},
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        run = subprocess.run([sys.executable, "-m", "mutation.runner", "run", "--max-children",
+                              str(args.max_children), *names], cwd=scratch,
+                             env=os.environ | {"TERM": "dumb"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
         elapsed = time.monotonic() - start
         if run.returncode != 0:
             print(run.stdout[-4000:])

@@ -14,13 +14,12 @@ new, all of its mutants (``module.x_function__mutmut_*``: its equivalents must b
 judged again, their numbers may have moved). Mutants already judged in ``--mutants``
 are left out (a stopped run goes on where it stopped; ``--again`` runs them too).
 mutmut then makes the mutants, runs its stats and clean run as always, and runs the
-named ones.
+named ones, each in the fork server's open pytest session (``mutation.runner``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tomllib
 from pathlib import Path
@@ -80,13 +79,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"nothing to run: every mutant not named equivalent is judged in {args.mutants}/ "
               "(--again to run them anyway)")
         return
-    mutmut = Path(sys.executable).with_name("mutmut")
-    if not mutmut.is_file():
-        raise SystemExit(f"error: mutmut is not installed next to {sys.executable}: "
-                         '.venv/bin/pip install -e ".[mutation]"')
+    try:
+        from mutation import runner
+    except ImportError:
+        raise SystemExit(f"error: mutmut is not installed for {sys.executable}: "
+                         '.venv/bin/pip install -e ".[mutation]"') from None
     print(f"{len(todo)} names ({sum(n.endswith('*') for n in todo)} of them patterns of "
           f"edited or new functions; {len(judged)} already judged left out)", flush=True)
-    os.execv(mutmut, [str(mutmut), "run", "--max-children", str(args.max_children), *todo])
+    runner.main(["run", "--max-children", str(args.max_children), *todo])
 
 
 if __name__ == "__main__":

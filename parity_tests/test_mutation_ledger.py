@@ -382,6 +382,8 @@ class _Item:
 def test_a_mutant_runs_its_recorded_killer_first_then_cheapest_first(tree: Path, monkeypatch):
     """The root conftest.py, in a mutant's phase inside mutants/: the ledger's killer of
     that mutant first, the others by the stats phase's durations (unknown ones last)."""
+    from mutation import selection
+
     conftest = _root_conftest()
 
     monkeypatch.chdir(tree)
@@ -390,19 +392,33 @@ def test_a_mutant_runs_its_recorded_killer_first_then_cheapest_first(tree: Path,
                   killers={"pkg.mod.x_f__mutmut_1": "t.py::slow"})
     (tree / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": {
         "mutants/t.py::fast": 0.1, "t.py::mid": 1.0, "t.py::slow": 9.0}}))
-    conftest._recorded_killers.cache_clear()
-    monkeypatch.setattr(conftest, "_skipped_for", lambda phase: ())
+    selection.recorded_killers.cache_clear()
     order = {}
     for mutant in ("pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_2"):
         monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
         items = [_Item(n) for n in ("t.py::new", "t.py::slow", "t.py::mid", "t.py::fast")]
         conftest.pytest_collection_modifyitems(None, items)
         order[mutant] = [i.nodeid for i in items]
-    conftest._recorded_killers.cache_clear()
+    selection.recorded_killers.cache_clear()
     assert order == {"pkg.mod.x_f__mutmut_1": ["t.py::slow", "t.py::fast", "t.py::mid",
                                                 "t.py::new"],
                      "pkg.mod.x_f__mutmut_2": ["t.py::fast", "t.py::mid", "t.py::slow",
                                                 "t.py::new"]}
+
+
+def test_a_mutant_of_the_loss_skips_the_trainer_and_scaleup_tests():
+    """mutation.selection's MUTATION_SKIPS: a loss mutant is judged without the scale-up
+    and trainer runs, a scale-up mutant without parity_tests/, another module by all."""
+    from mutation import selection
+
+    names = ["scaleup/tests/test_step.py::test_a", "parity_tests/test_cli.py::test_b",
+             "parity_tests/test_loss_truths.py::test_c"]
+    kept = {m: [i.nodeid for i in selection.for_mutant([_Item(n) for n in names], m, {}, {})]
+            for m in ("jaxgrpo.loss.x_f__mutmut_1", "scaleup.step.x_f__mutmut_1",
+                      "other.mod.x_f__mutmut_1")}
+    assert kept == {"jaxgrpo.loss.x_f__mutmut_1": ["parity_tests/test_loss_truths.py::test_c"],
+                    "scaleup.step.x_f__mutmut_1": ["scaleup/tests/test_step.py::test_a"],
+                    "other.mod.x_f__mutmut_1": names}
 
 
 def test_full_names_every_mutant_but_the_named_equivalents_and_the_judged(tree: Path,

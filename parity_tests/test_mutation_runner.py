@@ -1,0 +1,134 @@
+"""mutation.runner (one open pytest session for all mutants) and the stats phase's
+durations (conftest.py): on a tiny project, in a subprocess, as mutmut's fork server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mutmut")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TESTS = '''
+import os
+
+CALLS = []
+
+def test_passes():
+    CALLS.append("passes")
+
+def test_fails_for_mutant_1():
+    CALLS.append("fails_for_mutant_1")
+    assert os.environ["MUTANT_UNDER_TEST"] != "pkg.mod.x_f__mutmut_1"
+
+def test_records_the_order():
+    with open(os.environ["ORDER_FILE"], "a") as f:
+        f.write(",".join(CALLS) + "\\n")
+'''
+
+# The fork server: warm up once, then one fork per mutant (mutmut's _forkserver_main).
+SERVER = '''
+import json, os, sys
+sys.path.insert(0, {root!r})
+from mutation.runner import WarmSessionRunner
+from mutmut.mutation.trampoline import set_mutant_under_test
+
+runner = WarmSessionRunner()
+stdout, sys.stdout = sys.stdout, open(os.devnull, "w")  # as mutmut's fork server
+runner.warm_up()
+sys.stdout = stdout
+out = {{"warm": runner._session is not None, "codes": {{}}}}
+for mutant, tests in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        set_mutant_under_test(mutant)
+        os._exit(runner.run_tests(mutant_name=mutant, tests=tests))
+    out["codes"][mutant] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(out))
+'''
+
+
+def test_each_mutant_runs_in_the_open_session_with_its_own_verdict(tmp_path: Path):
+    """Killed (1), survived (0) and no test left by mutation.selection (5), as
+    pytest.main would say; each fork starts from the warm session (the tests' module state is the
+    collection's, not the previous mutant's); the session is the warm one, not the
+    fallback (a pytest whose internals moved would turn this test red, not only slow)."""
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["pkg"]\n')
+    (tmp_path / "mutants" / "parity_tests").mkdir(parents=True)
+    (tmp_path / "mutants" / "parity_tests" / "test_t.py").write_text(TESTS)
+    order = tmp_path / "order.txt"
+    t = "parity_tests/test_t.py::"
+    jobs = [("pkg.mod.x_f__mutmut_1", [t + "test_passes", t + "test_fails_for_mutant_1"]),
+            ("pkg.mod.x_f__mutmut_2", [t + "test_fails_for_mutant_1", t + "test_passes",
+                                       t + "test_records_the_order"]),
+            # mutation.selection: a scale-up mutant is not judged by parity_tests/
+            ("scaleup.tasks.x_f__mutmut_1", [t + "test_fails_for_mutant_1"])]
+    env = {**os.environ, "ORDER_FILE": str(order), "PYTHONPATH": ""}
+    env.pop("MUTANT_UNDER_TEST", None)
+    run = subprocess.run([sys.executable, "-c", SERVER.format(root=str(ROOT)), json.dumps(jobs)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out == {"warm": True, "codes": {"pkg.mod.x_f__mutmut_1": 1,
+                                           "pkg.mod.x_f__mutmut_2": 0,
+                                           "scaleup.tasks.x_f__mutmut_1": 5}}
+    # mutant 2 ran its three tests, and its fork did not see mutant 1's calls
+    assert order.read_text() == "fails_for_mutant_1,passes\n"
+
+
+class _Def:
+    def __init__(self, scope):
+        self.scope, self.baseid = scope, "test_x.py"
+
+
+class _Item:
+    def __init__(self, nodeid, fixtures):
+        self.nodeid, self.fixturenames = nodeid, list(fixtures)
+        self._fixtureinfo = types.SimpleNamespace(
+            name2fixturedefs={n: [_Def(s)] for n, s in fixtures.items()})
+
+
+def test_stats_durations_count_setups_and_the_costs_the_shared_fixtures(monkeypatch, tmp_path):
+    """In mutmut's stats phase each test's duration (mutmut's timeouts) also counts its
+    setup and teardown (mutmut adds the call); its cost alone (the order of a mutant's
+    tests, mutation-costs.json) adds the setup of each module fixture it uses, paid by
+    the first test that built it. Outside the stats phase nothing is recorded."""
+    import mutmut.state  # noqa: F401 - the module (the package's `state` is its function)
+
+    from mutation import selection
+    from parity_tests.test_mutation_ledger import _root_conftest
+
+    conftest = _root_conftest()
+    monkeypatch.setattr(conftest, "_FIXTURE_SETUP", {})
+    monkeypatch.setattr(conftest, "_COST_ALONE", {})
+    durations: dict[str, float] = {}
+    monkeypatch.setattr(sys.modules["mutmut.state"], "state",
+                        lambda: types.SimpleNamespace(duration_by_test=durations))
+    ranks = _Item("test_x.py::test_first", {"ranks": "module", "tmp_path": "function"})
+    later = _Item("test_x.py::test_later", {"ranks": "module"})
+    alone = _Item("test_x.py::test_alone", {"tmp_path": "function"})
+    call = types.SimpleNamespace
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "stats")
+    monkeypatch.chdir(tmp_path)
+    for item, setup, teardown in ((ranks, 12.0, 0.5), (later, 0.01, 0.0), (alone, 0.02, 0.0)):
+        conftest.pytest_runtest_makereport(item, call(when="setup", duration=setup))
+        conftest.pytest_runtest_makereport(item, call(when="call", duration=1.0))
+        conftest.pytest_runtest_makereport(item, call(when="teardown", duration=teardown))
+    assert durations == pytest.approx({"test_x.py::test_first": 12.5,
+                                       "test_x.py::test_later": 0.01,
+                                       "test_x.py::test_alone": 0.02})
+    conftest.pytest_sessionfinish(None)
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": durations}))
+    assert selection.durations() == pytest.approx({"test_x.py::test_first": 13.5,
+                                                   "test_x.py::test_later": 13.01,
+                                                   "test_x.py::test_alone": 1.02})
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "pkg.mod.x_f__mutmut_1")
+    conftest.pytest_runtest_makereport(alone, call(when="setup", duration=5.0))
+    assert durations["test_x.py::test_alone"] == pytest.approx(0.02)
