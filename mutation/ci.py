@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: --max-children must be at least 1, got {args.max_children}")
     root = Path(__file__).resolve().parent.parent
     try:
-        import mutmut  # noqa: F401 - run below by mutation.runner, in a subprocess
+        from mutation import runner  # mutmut's, warm: run below in a subprocess
     except ImportError:
         raise SystemExit(f"error: mutmut is not installed for {sys.executable}: "
                          '.venv/bin/pip install -e ".[mutation]"') from None
@@ -174,6 +174,10 @@ def main(argv: list[str] | None = None) -> None:
             print(run.stdout[-4000:])
             raise SystemExit(f"error: mutmut run failed with exit code {run.returncode} "
                              f"(its output above; scratch copy {scratch})")
+        if runner.NO_WARM_SESSION in run.stdout:  # it still ran, one pytest start a mutant
+            print(run.stdout[-4000:])
+            raise SystemExit("error: mutation.runner could not open its pytest session (its "
+                             "output above): `mutation.full` would run at the old speed")
         codes = {n: c for module in load(scratch / "mutants", scratch).values()
                  for n, c in module.items()}
     finally:

@@ -38,6 +38,9 @@ from mutmut.utils.file_utils import change_cwd
 
 from mutation import selection
 
+#: What the fork server says (on stderr) when it falls back to a pytest start a mutant.
+NO_WARM_SESSION = "mutation.runner: no warm pytest session"
+
 
 class WarmSessionRunner(PytestRunner):
     """``PytestRunner`` whose fork server keeps one collected pytest session open."""
@@ -53,8 +56,8 @@ class WarmSessionRunner(PytestRunner):
         try:
             self._open_session()
         except Exception as e:  # noqa: BLE001 - any failure: mutmut's own way, said once
-            print(f"mutation.runner: no warm pytest session ({type(e).__name__}: {e}); "
-                  "each mutant starts its own", file=sys.__stderr__, flush=True)
+            print(f"{NO_WARM_SESSION} ({type(e).__name__}: {e}); each mutant starts its "
+                  "own", file=sys.__stderr__, flush=True)
             self._session = None
             super().warm_up()
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mutmut")
-
 ROOT = Path(__file__).resolve().parent.parent
 
 TESTS = '''
@@ -60,6 +58,7 @@ def test_each_mutant_runs_in_the_open_session_with_its_own_verdict(tmp_path: Pat
     pytest.main would say; each fork starts from the warm session (the tests' module state is the
     collection's, not the previous mutant's); the session is the warm one, not the
     fallback (a pytest whose internals moved would turn this test red, not only slow)."""
+    pytest.importorskip("mutmut")
     (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["pkg"]\n')
     (tmp_path / "mutants" / "parity_tests").mkdir(parents=True)
     (tmp_path / "mutants" / "parity_tests" / "test_t.py").write_text(TESTS)
@@ -100,6 +99,7 @@ def test_stats_durations_count_setups_and_the_costs_the_shared_fixtures(monkeypa
     setup and teardown (mutmut adds the call); its cost alone (the order of a mutant's
     tests, mutation-costs.json) adds the setup of each module fixture it uses, paid by
     the first test that built it. Outside the stats phase nothing is recorded."""
+    pytest.importorskip("mutmut")
     import mutmut.state  # noqa: F401 - the module (the package's `state` is its function)
 
     from mutation import selection
@@ -132,3 +132,17 @@ def test_stats_durations_count_setups_and_the_costs_the_shared_fixtures(monkeypa
     monkeypatch.setenv("MUTANT_UNDER_TEST", "pkg.mod.x_f__mutmut_1")
     conftest.pytest_runtest_makereport(alone, call(when="setup", duration=5.0))
     assert durations["test_x.py::test_alone"] == pytest.approx(0.02)
+
+
+def test_the_ranks_fork_only_in_a_mutants_run(monkeypatch):
+    """The two-process tests spawn their ranks (as torchrun's are fresh), except in a
+    mutant's run under mutmut, where they fork from the test process (no import of torch
+    and transformers again: a two-process test 20-30 s -> a few s there)."""
+    start_method = pytest.importorskip("scaleup.tests.dist_helpers").start_method
+
+    monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    seen = [start_method()]
+    for phase in ("stats", "fail", "scaleup.step.x_f__mutmut_1"):
+        monkeypatch.setenv("MUTANT_UNDER_TEST", phase)
+        seen.append(start_method())
+    assert seen == ["spawn", "spawn", "spawn", "fork"]

@@ -65,12 +65,21 @@ def report_mutmut_hits() -> None:
         f.write("\n".join(sorted(state()._stats)))
 
 
+def start_method() -> str:
+    """``spawn`` (what torchrun's fresh processes are like); ``fork`` for a mutant's run
+    under mutmut, whose test process is a fresh fork that ran only the scale-up's torch
+    tests (no JAX), with one OpenMP thread: each spawned rank imports torch and
+    transformers again (about 6 of the 13-20 s of a two-process test there)."""
+    phase = os.environ.get("MUTANT_UNDER_TEST", "")
+    return "fork" if phase and phase not in ("stats", "fail") else "spawn"
+
+
 def run_ranks(fn, k: int, *args, timeout: float = 240.0) -> None:
-    """Run ``fn(rank, k, *args)`` in ``k`` spawned processes (RANK, WORLD_SIZE,
-    MASTER_ADDR/PORT set as torchrun would); re-raise a worker's error; kill them all
-    after ``timeout`` seconds (a deadlock fails the test instead of hanging it)."""
+    """Run ``fn(rank, k, *args)`` in ``k`` new processes (``start_method()``; RANK,
+    WORLD_SIZE, MASTER_ADDR/PORT set as torchrun would); re-raise a worker's error; kill
+    them all after ``timeout`` seconds (a deadlock fails the test instead of hanging it)."""
     ctx = mp.start_processes(_entry, args=(fn, k, free_port(), args), nprocs=k, join=False,
-                             start_method="spawn")
+                             start_method=start_method())
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=1.0):
         if time.monotonic() > deadline:

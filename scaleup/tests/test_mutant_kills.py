@@ -719,15 +719,24 @@ def _stub_forward_batch(step, monkeypatch):
     return step.Batch(z, torch.ones_like(z), z, torch.ones(2, 3), torch.tensor([1.0, -1.0]))
 
 
-def test_peak_memory_on_the_cpu_is_the_peak_rss_in_kibibytes():
-    """Linux reports ``ru_maxrss`` in KiB: the peak in GB is ``maxrss * 1024 / 1e9``
-    exactly, bracketed by readings just before and after (the peak only grows)."""
+def test_peak_memory_on_the_cpu_is_the_peak_rss_in_kibibytes(monkeypatch):
+    """Linux reports ``ru_maxrss`` in KiB: the peak in GB is ``maxrss * 1024 / 1e9``:
+    1,500,000 KiB is 1.536 GB exactly; a real reading lies between readings just before
+    and after (the peak only grows). (The bracket alone killed a divisor of 1e9 + 1 only
+    while the process's peak held still between the readings: not in a fresh fork.)"""
+    from types import SimpleNamespace
+
     from scaleup.step import peak_memory_gb
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     gb = peak_memory_gb(CPU)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert before * 1024 / 1e9 <= gb <= after * 1024 / 1e9
+    asked = []
+    monkeypatch.setattr(step_module, "resource", SimpleNamespace(
+        RUSAGE_SELF=resource.RUSAGE_SELF, RUSAGE_CHILDREN=resource.RUSAGE_CHILDREN,
+        getrusage=lambda who: asked.append(who) or SimpleNamespace(ru_maxrss=1_500_000)))
+    assert peak_memory_gb(CPU) == 1.536 and asked == [resource.RUSAGE_SELF]
 
 
 def test_arithmetic_operands_span_their_digit_ranges_exactly():
