@@ -133,11 +133,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_children < 1:
         raise SystemExit(f"error: --max-children must be at least 1, got {args.max_children}")
     root = Path(__file__).resolve().parent.parent
-    try:
-        from mutation import runner  # mutmut's, warm: run below in a subprocess
-    except ImportError:
-        raise SystemExit(f"error: mutmut is not installed for {sys.executable}: "
-                         '.venv/bin/pip install -e ".[mutation]"') from None
     unknown = [t for t in args.tests if not (root / t).exists()]
     if unknown:
         raise SystemExit(f"error: --tests: no such test file in {root}: {', '.join(unknown)}")
@@ -156,6 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     if not names:
         raise SystemExit("error: no mutant to sample: every function of the modules was "
                          "edited since the ledger recorded it (run the full mutation command)")
+    try:
+        from mutation import runner  # mutmut's, warm: run below in a subprocess
+    except ImportError:
+        raise SystemExit(f"error: mutmut is not installed for {sys.executable}: "
+                         '.venv/bin/pip install -e ".[mutation]"') from None
     scratch = Path(tempfile.mkdtemp(prefix="jaxgrpo-mutation-ci-"))
     try:
         _copy_tracked(root, scratch)
