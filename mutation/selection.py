@@ -84,12 +84,17 @@ def durations(stats: Path = Path("mutmut-stats.json"), costs: Path = COSTS) -> d
 
 
 def add_costs(costs: Mapping[str, float], path: Path = COSTS) -> None:
-    """Merge ``costs`` into ``path`` (mutmut reruns its stats for new tests only)."""
-    merged = json.loads(path.read_text()) if path.is_file() else {}
-    merged.update(costs)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(merged, indent=0, sort_keys=True))
-    os.replace(tmp, path)
+    """Merge ``costs`` into ``path`` (mutmut reruns its stats for new tests only; the
+    stats' processes (``mutation.runner.SHARDS``) merge one at a time)."""
+    import fcntl
+
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = json.loads(path.read_text()) if path.is_file() else {}
+        merged.update(costs)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(merged, indent=0, sort_keys=True))
+        os.replace(tmp, path)
 
 
 @functools.cache

@@ -146,3 +146,106 @@ def test_the_ranks_fork_only_in_a_mutants_run(monkeypatch):
         monkeypatch.setenv("MUTANT_UNDER_TEST", phase)
         seen.append(start_method())
     assert seen == ["spawn", "spawn", "spawn", "fork"]
+
+
+def test_the_test_files_largest_first_less_the_ignored_ones(tmp_path, monkeypatch):
+    from mutation.runner import ignored_paths, test_files
+
+    for name, size in (("a/test_small.py", 10), ("a/test_big.py", 300), ("a/deep/test_mid.py", 50),
+                       ("a/helpers.py", 999), ("a/test_ignored.py", 999),
+                       ("a/skipped/test_x.py", 999), ("b/test_other.py", 20)):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("#" * size)
+    monkeypatch.chdir(tmp_path)
+    ignored = ignored_paths(["-p", "no:x", "--ignore=a/test_ignored.py", "--ignore", "a/skipped",
+                             "-W", "ignore::DeprecationWarning"])
+    assert ignored == ["a/test_ignored.py", "a/skipped"]
+    assert test_files(["a", "b"], ignored) == {
+        "a/test_big.py": [], "a/deep/test_mid.py": [], "b/test_other.py": [],
+        "a/test_small.py": []}
+    assert test_files(["a"], [], ["a/test_small.py::t1", "a/test_big.py::t2",
+                                  "a/test_small.py::t3[x]"]) == {
+        "a/test_big.py": ["a/test_big.py::t2"],
+        "a/test_small.py": ["a/test_small.py::t1", "a/test_small.py::t3[x]"]}
+    for selection in (["a", "-k", "x"], ["a/test_big.py::t2"], ["missing"]):
+        assert test_files(selection, []) == {}  # not only paths: run as one pytest
+
+
+def test_sharded_runs_take_each_file_once_and_stop_at_a_failure(tmp_path):
+    """Two processes share the files (each takes the next when done with one); each
+    returns what it recorded; a failure's exit code is returned and no file is started
+    after it; "no tests" (pytest's 5) is not a failure."""
+    import time
+
+    from mutation.runner import run_sharded
+
+    log = tmp_path / "log"
+    ran: list[str] = []
+
+    def run_file(args):
+        ran.extend(args)
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {args[0]}\n")
+        time.sleep(0.05)
+        return {"f5": 5, "bad": 1}.get(args[0].split("::")[0], 0)
+
+    files = {f"f{i}": [] for i in range(8)}
+    files["f3"] = ["f3::a", "f3::b"]
+    code, results = run_sharded(files, 2, run_file, lambda: list(ran))
+    assert code == 0
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(name for _, name in lines) == sorted(["f0", "f1", "f2", "f3::a", "f4", "f5",
+                                                        "f6", "f7"])
+    assert len({pid for pid, _ in lines}) == 2 and os.getpid() not in {int(p) for p, _ in lines}
+    assert sorted(sum(results, [])) == sorted(["f0", "f1", "f2", "f3::a", "f3::b", "f4", "f5",
+                                               "f6", "f7"])
+    assert ran == []  # the parent ran nothing itself
+    log.unlink()
+    code, _ = run_sharded({"bad": [], **{f"g{i}": [] for i in range(20)}}, 2, run_file)
+    assert code == 1
+    assert len(log.read_text().splitlines()) < 21  # the failure stopped the queue
+
+
+STATS = '''
+import json, os, sys
+sys.path.insert(0, {root!r})
+from mutmut.runners.harness import PytestRunner
+from mutmut.state import state
+from mutation.runner import WarmSessionRunner
+
+def fake_stats(self, *, tests):  # what mutmut's stats record for one test file
+    f = tests[0]
+    state().tests_by_mangled_function_name["pkg.mod.x_f"].add(f + "::t")
+    state().tests_by_mangled_function_name["pkg.mod.x_" + f[-4]].add(f + "::t")
+    state().duration_by_test[f + "::t"] = len(f)
+    state().function_dependencies["pkg.mod.x_f"].add("pkg.mod.x_" + f[-4])
+    return 0
+
+PytestRunner.run_stats = fake_stats
+code = WarmSessionRunner().run_stats(tests=[])
+s = state()
+print(json.dumps({{"code": code, "pid": os.getpid(),
+                  "tests": {{k: sorted(v) for k, v in s.tests_by_mangled_function_name.items()}},
+                  "durations": s.duration_by_test,
+                  "callers": {{k: sorted(v) for k, v in s.function_dependencies.items()}}}}))
+'''
+
+
+def test_the_sharded_stats_merge_into_mutmuts_state_as_one_process(tmp_path: Path):
+    pytest.importorskip("mutmut")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.mutmut]\nsource_paths = ["pkg"]\npytest_add_cli_args_test_selection = ["t"]\n')
+    for name in ("test_a.py", "test_b.py", "test_c.py"):
+        (tmp_path / "mutants" / "t").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mutants" / "t" / name).write_text("")
+    env = {**os.environ, "PYTHONPATH": ""}
+    run = subprocess.run([sys.executable, "-c", STATS.format(root=str(ROOT))], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    files = ["t/test_a.py", "t/test_b.py", "t/test_c.py"]
+    assert out["code"] == 0
+    assert out["tests"] == {"pkg.mod.x_f": [f + "::t" for f in files],
+                            **{f"pkg.mod.x_{c}": [f"t/test_{c}.py::t"] for c in "abc"}}
+    assert out["durations"] == {f + "::t": 11 for f in files}
+    assert out["callers"] == {"pkg.mod.x_f": ["pkg.mod.x_a", "pkg.mod.x_b", "pkg.mod.x_c"]}

@@ -35,7 +35,21 @@ def local_env(port: int) -> dict[str, str]:
     return env
 
 
-def _entry(rank, fn, k, port, args):
+def _die_with_parent(parent: int) -> None:
+    """Linux: this rank is killed when the process that started it dies (a mutant's run
+    stopped by mutmut's timeout would otherwise leave its forked ranks blocked forever
+    in a collective the other rank never joins)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # ``parent`` died before the call
+            os._exit(1)
+
+
+def _entry(rank, fn, k, port, args, parent):
+    _die_with_parent(parent)
     os.environ.update(local_env(port))
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(k),
                       LOCAL_WORLD_SIZE=str(k))
@@ -78,8 +92,8 @@ def run_ranks(fn, k: int, *args, timeout: float = 240.0) -> None:
     """Run ``fn(rank, k, *args)`` in ``k`` new processes (``start_method()``; RANK,
     WORLD_SIZE, MASTER_ADDR/PORT set as torchrun would); re-raise a worker's error; kill
     them all after ``timeout`` seconds (a deadlock fails the test instead of hanging it)."""
-    ctx = mp.start_processes(_entry, args=(fn, k, free_port(), args), nprocs=k, join=False,
-                             start_method=start_method())
+    ctx = mp.start_processes(_entry, args=(fn, k, free_port(), args, os.getpid()), nprocs=k,
+                             join=False, start_method=start_method())
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=1.0):
         if time.monotonic() > deadline:

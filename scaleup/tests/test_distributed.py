@@ -204,3 +204,45 @@ def test_two_process_resume_equals_no_interruption(tiny_dir, tmp_path):
     a, b = (load_file(str(latest_checkpoint(tmp_path / run) / "adapter_model.safetensors"))
             for run in "ab")
     assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_a_rank_dies_with_the_process_that_started_it():
+    """A rank whose test process is killed (mutmut's timeout of a mutant that deadlocks
+    the ranks) does not live on blocked in a collective: it is killed with its parent."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    import time
+
+    def alive(pid: int) -> bool:  # a zombie (killed, not yet reaped by init) is dead
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    ready_r, ready_w = os.pipe()
+    pid_r, pid_w = os.pipe()
+    starter = os.fork()
+    if starter == 0:  # a mutant's test process: starts a rank, then is killed
+        rank = os.fork()
+        if rank == 0:
+            H._die_with_parent(os.getppid())
+            os.write(ready_w, b"1")
+            time.sleep(60)
+            os._exit(0)
+        os.read(ready_r, 1)
+        os.write(pid_w, str(rank).encode())
+        time.sleep(60)
+        os._exit(0)
+    rank = int(os.read(pid_r, 20))
+    for fd in (ready_r, ready_w, pid_r, pid_w):
+        os.close(fd)
+    assert alive(rank)
+    os.kill(starter, 9)
+    os.waitpid(starter, 0)
+    deadline = time.monotonic() + 10
+    while alive(rank) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if alive(rank):
+        os.kill(rank, 9)
+        pytest.fail("the rank outlived the process that started it")

@@ -355,11 +355,12 @@ def test_wrap_ddp_gives_a_gpu_rank_its_device_and_a_cpu_rank_none(monkeypatch):
     assert D.wrap_ddp(torch.nn.Linear(2, 2), torch.device("cpu")) is None
     made = []
     monkeypatch.setattr(D, "is_distributed", lambda: True)
-    monkeypatch.setattr(D, "DistributedDataParallel",
-                        lambda module, device_ids: made.append((type(module), device_ids)))
+    monkeypatch.setattr(D, "DistributedDataParallel", lambda module, device_ids: made.append(
+        (type(module), module.policy, device_ids)))
+    policy = torch.nn.Linear(2, 2)
     for device in ("cuda:1", "cpu"):
-        D.wrap_ddp(torch.nn.Linear(2, 2), torch.device(device))
-    assert made == [(D.LogprobModule, [1]), (D.LogprobModule, None)]
+        D.wrap_ddp(policy, torch.device(device))
+    assert made == [(D.LogprobModule, policy, [1]), (D.LogprobModule, policy, None)]
 
 
 def test_zero_weight_row_is_row_0_with_an_all_zero_mask():
@@ -1724,3 +1725,122 @@ def test_loss_backward_max_sampler_gap_below_one(policy):
     gap = (lp.detach() - batch.logp_sampler)[batch.mask != 0].abs()
     assert 0 < float(gap.max()) < 0.1
     assert stats[MISMATCH_KEYS[1]] == pytest.approx(float(gap.max()), rel=1e-4)
+
+
+# --- the DDP paths in one process (before: judged only by the two-process runs, 8-17 s) ---
+
+
+class _SpyDDP:
+    """A stand-in for ``DistributedDataParallel(LogprobModule(policy))`` in one process:
+    the module's own forward (no gradient reduction), recording for each training
+    forward whether it ran inside ``no_sync()`` (DDP then skips the all-reduce)."""
+
+    def __init__(self, policy):
+        from scaleup.distributed import LogprobModule
+
+        self.module, self.calls, self._no_sync = LogprobModule(policy), [], False
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(self._no_sync)
+        return self.module(*args, **kwargs)
+
+    def no_sync(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def off():
+            self._no_sync = True
+            try:
+                yield
+            finally:
+                self._no_sync = False
+
+        return off()
+
+
+def test_a_step_through_ddp_trains_as_without_it_and_reduces_once_per_optimizer_step(
+        policy, tokenizer):
+    """Every training forward goes through the DDP module (``LogprobModule``: the same
+    log-probs and entropies as the plain call, the entropy bonus's gradient included);
+    all but the last micro-batch of each optimizer step run under ``no_sync``, so the
+    gradient is all-reduced once per step. In one process DDP's forward is the
+    module's: the parameters and metrics equal those of the step without it."""
+    import copy
+
+    model, stops = policy
+    twin = copy.deepcopy(model)
+    cfg = small_cfg(prompts_per_step=2, group_size=4, micro_batch_size=3, inner_epochs=2,
+                    entropy_coef=0.05, learning_rate=0.05, seed=3)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    torch.manual_seed(0)
+    plain = grpo_step(model, tokenizer, make_optimizer(model, cfg), ParityTask(), 0, cfg,
+                      stops, CPU)
+    spy = _SpyDDP(twin)
+    torch.manual_seed(0)
+    through = grpo_step(twin, tokenizer, make_optimizer(twin, cfg), ParityTask(), 0, cfg,
+                        stops, CPU, ddp=spy)
+    # 8 rows in micro-batches of 3, 3, 2: sync on the third, twice (two inner epochs)
+    assert spy.calls == [True, True, False] * 2
+    timing = {"step_time_s", "peak_mem_gb", "sample_tokens_per_s"}
+    assert plain.keys() == through.keys()
+    for key in plain.keys() - timing:
+        assert through[key] == pytest.approx(plain[key], rel=1e-6, abs=1e-9, nan_ok=True), key
+    moved = 0
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-9, msg=name)
+        moved += name in before and not torch.equal(p, before[name])
+    assert moved > 0  # the step trained: the comparison is not of two untouched adapters
+
+
+def test_rank_and_is_main_are_the_process_groups_in_a_distributed_run(monkeypatch):
+    import scaleup.distributed as d
+
+    monkeypatch.setattr(d, "is_distributed", lambda: True)
+    monkeypatch.setattr(d.dist, "get_rank", lambda: 2)
+    assert d.rank() == 2 and not d.is_main()
+    monkeypatch.setattr(d.dist, "get_rank", lambda: 0)
+    assert d.rank() == 0 and d.is_main()
+
+
+@pytest.mark.parametrize("me", [0, 2])
+def test_gather_to_main_gives_rank_0_every_ranks_object_in_rank_order(monkeypatch, me):
+    """Rank 0 passes a list of K slots and gets them filled in rank order; the other
+    ranks pass none (``torch.distributed.gather_object``'s rule) and get ``None``. The
+    stand-in gathers as torch does in a 3-process group (``dst=None`` means rank 0)."""
+    import scaleup.distributed as d
+
+    monkeypatch.setattr(d, "is_distributed", lambda: True)
+    monkeypatch.setattr(d.dist, "get_world_size", lambda: 3)
+    monkeypatch.setattr(d.dist, "get_rank", lambda: me)
+    calls = []
+
+    def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+        dst = 0 if dst is None and group_dst is None else dst
+        if (me == dst) != (object_gather_list is not None):
+            raise ValueError("gather_list is given on the destination rank only")
+        calls.append((obj, dst))
+        if object_gather_list is not None:
+            assert len(object_gather_list) == 3
+            object_gather_list[:] = [f"from rank {r}" for r in range(3)]
+
+    monkeypatch.setattr(d.dist, "gather_object", gather_object)
+    out = d.gather_to_main(f"from rank {me}")
+    assert calls == [(f"from rank {me}", 0)]
+    assert out == (["from rank 0", "from rank 1", "from rank 2"] if me == 0 else None)
+
+
+def test_on_main_then_share_gives_another_rank_rank_0s_result(monkeypatch):
+    """A rank other than 0 does not call ``fn``; rank 0's broadcast fills its box."""
+    import scaleup.distributed as d
+
+    monkeypatch.setattr(d, "is_distributed", lambda: True)
+    monkeypatch.setattr(d, "is_main", lambda: False)
+    sent = []
+
+    def broadcast_object_list(box, src):
+        sent.append(src)
+        box[:] = ["rank 0's result", None]
+
+    monkeypatch.setattr(d.dist, "broadcast_object_list", broadcast_object_list)
+    assert d.on_main_then_share(lambda: pytest.fail("fn ran on rank 1")) == "rank 0's result"
+    assert sent == [0]
