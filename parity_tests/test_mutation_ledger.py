@@ -403,6 +403,27 @@ def test_a_mutant_runs_its_recorded_killer_first_then_cheapest_first(tree: Path,
                                                 "t.py::new"],
                      "pkg.mod.x_f__mutmut_2": ["t.py::fast", "t.py::mid", "t.py::slow",
                                                 "t.py::new"]}
+    # mutation.full --retarget: the killer takes its place by cost, so a cheaper one can fail
+    monkeypatch.setenv(selection.RETARGET, "1")
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "pkg.mod.x_f__mutmut_1")
+    items = [_Item(n) for n in ("t.py::new", "t.py::slow", "t.py::mid", "t.py::fast")]
+    conftest.pytest_collection_modifyitems(None, items)
+    selection.recorded_killers.cache_clear()
+    assert [i.nodeid for i in items] == ["t.py::fast", "t.py::mid", "t.py::slow", "t.py::new"]
+
+
+def test_retarget_runs_again_the_kills_whose_killer_is_expensive(tree: Path):
+    from mutation import full
+
+    path = tree / "ledger.json"
+    ledger.record(_results(f1=1, f2=1, f3=0, f4=1), path, tree,
+                  killers={"pkg.mod.x_f__mutmut_1": "t.py::slow", "pkg.mod.x_f__mutmut_2":
+                           "t.py::fast", "pkg.mod.x_f__mutmut_4": "t.py::unknown"})
+    costs = {"mutants/t.py::slow": 9.0, "t.py::fast": 0.1}
+    assert full.expensive_kills(ledger.read(path), costs, 3.0) == [
+        "pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_4"]
+    assert full.expensive_kills(ledger.read(path), costs, 0.0) == [
+        "pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_2", "pkg.mod.x_f__mutmut_4"]
 
 
 def test_a_mutant_of_the_loss_skips_the_trainer_and_scaleup_tests():
