@@ -149,6 +149,7 @@ def test_the_ranks_fork_only_in_a_mutants_run(monkeypatch):
 
 
 def test_the_test_files_largest_first_less_the_ignored_ones(tmp_path, monkeypatch):
+    pytest.importorskip("mutmut")
     from mutation.runner import ignored_paths, test_files
 
     for name, size in (("a/test_small.py", 10), ("a/test_big.py", 300), ("a/deep/test_mid.py", 50),
@@ -177,6 +178,7 @@ def test_sharded_runs_take_each_file_once_and_stop_at_a_failure(tmp_path):
     after it; "no tests" (pytest's 5) is not a failure."""
     import time
 
+    pytest.importorskip("mutmut")
     from mutation.runner import run_sharded
 
     log = tmp_path / "log"
