@@ -124,22 +124,24 @@ def run_sharded(files: dict[str, list[str]], shards: int,
         for _ in range(max(1, min(shards, len(names)))):
             read_fd, write_fd = os.pipe()
             pid = os.fork()
-            if pid == 0:
-                os.close(read_fd)
-                code = 0
+            if pid == 0:  # never returns: a shard must not go on with its parent's code
                 try:
-                    while (i := take()) >= 0 and i < len(names):
-                        c = run_file(files[names[i]] or [names[i]])
-                        if c not in (0, 5):
-                            code = c
-                            fail()
-                            break
-                    payload = {"code": code, "result": result()}
-                except BaseException as e:  # noqa: BLE001 - reported to the parent
-                    payload = {"code": -1, "result": None, "error": repr(e)}
-                with os.fdopen(write_fd, "wb") as out:
-                    pickle.dump(payload, out)
-                os._exit(0)
+                    os.close(read_fd)
+                    code = 0
+                    try:
+                        while (i := take()) >= 0 and i < len(names):
+                            c = run_file(files[names[i]] or [names[i]])
+                            if c not in (0, 5):
+                                code = c
+                                fail()
+                                break
+                        payload = {"code": code, "result": result()}
+                    except BaseException as e:  # noqa: BLE001 - reported to the parent
+                        payload = {"code": -1, "result": None, "error": repr(e)}
+                    with os.fdopen(write_fd, "wb") as out:
+                        pickle.dump(payload, out)
+                finally:
+                    os._exit(0)
             os.close(write_fd)
             children.append((pid, read_fd))
         code, results = 0, []
