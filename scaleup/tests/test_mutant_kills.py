@@ -4,6 +4,7 @@ survived the rest of the suite."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -1744,18 +1745,13 @@ class _SpyDDP:
         self.calls.append(self._no_sync)
         return self.module(*args, **kwargs)
 
+    @contextlib.contextmanager
     def no_sync(self):
-        import contextlib
-
-        @contextlib.contextmanager
-        def off():
-            self._no_sync = True
-            try:
-                yield
-            finally:
-                self._no_sync = False
-
-        return off()
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = False
 
 
 def test_a_step_through_ddp_trains_as_without_it_and_reduces_once_per_optimizer_step(
