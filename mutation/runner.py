@@ -15,7 +15,8 @@ first failure). The hooks of ``conftest.py`` run as in a session of its own: the
 fixtures (none set up before the fork), the report hooks (``kills.tsv``), the
 hypothesis plugin. Which tests run, and in which order, is ``mutation.selection``'s,
 as in the per-mutant session. The forced failure and every run outside the fork server
-are ``PytestRunner``'s, unchanged.
+are ``PytestRunner``'s, unchanged. A worker first takes the default SIGTERM and SIGCHLD
+handlers back from the fork server (``default_signal_handlers``).
 
 The stats phase and the clean run (one pass over the whole selection each, minutes)
 run in ``SHARDS`` processes at once: each forks from the process mutmut runs them in,
@@ -40,6 +41,7 @@ import fcntl
 import gc
 import os
 import pickle
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -159,6 +161,20 @@ def run_sharded(files: dict[str, list[str]], shards: int,
     return code, results
 
 
+def default_signal_handlers() -> None:
+    """Give this process (a mutant's worker) the default SIGTERM and SIGCHLD handlers.
+
+    A worker is a fork of mutmut's fork server and inherits its handlers: on SIGTERM,
+    SIGKILL every worker the server had started and exit 0; on SIGCHLD, wake the server.
+    So does every process a test forks, e.g. the ranks of a two-process test; and when
+    one rank fails, torch.multiprocessing stops the others with SIGTERM. With the
+    server's handler such a rank killed the OTHER worker's mutant, which ended by -9
+    without a verdict (the one or two such mutants of each full run before 2026-12-06).
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 class WarmSessionRunner(PytestRunner):
     """``PytestRunner`` whose fork server keeps one collected pytest session open."""
 
@@ -236,6 +252,8 @@ class WarmSessionRunner(PytestRunner):
         return PytestRunner.run_tests(self, mutant_name=None, tests=[])
 
     def run_tests(self, *, mutant_name: str | None, tests: Iterable[str]) -> int:
+        if mutant_name is not None:  # in a worker forked for this mutant
+            default_signal_handlers()
         session = self._session
         if mutant_name is None and session is None:  # the clean run: sharded
             tests = list(tests)

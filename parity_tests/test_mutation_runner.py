@@ -251,3 +251,78 @@ def test_the_sharded_stats_merge_into_mutmuts_state_as_one_process(tmp_path: Pat
                             **{f"pkg.mod.x_{c}": [f"t/test_{c}.py::t"] for c in "abc"}}
     assert out["durations"] == {f + "::t": 11 for f in files}
     assert out["callers"] == {"pkg.mod.x_f": ["pkg.mod.x_a", "pkg.mod.x_b", "pkg.mod.x_c"]}
+
+
+SIGTERM_TESTS = '''
+import os, signal, time
+
+def test_a_forked_rank_stopped_with_sigterm_dies_of_it():
+    """As torch.multiprocessing stops the other ranks when one fails."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(3)
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGTERM)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == -signal.SIGTERM
+'''
+
+# mutmut's fork server with its signal handlers (_forkserver_main): on SIGTERM, SIGKILL
+# every worker it runs; one worker (the other mutant) is running when this one starts.
+SIGTERM_SERVER = '''
+import json, os, signal, sys, time
+sys.path.insert(0, {root!r})
+from mutation.runner import WarmSessionRunner
+from mutmut.mutation.trampoline import set_mutant_under_test
+
+runner = WarmSessionRunner()
+stdout, sys.stdout = sys.stdout, open(os.devnull, "w")
+runner.warm_up()
+sys.stdout = stdout
+other = os.fork()
+if other == 0:
+    time.sleep(60)
+    os._exit(0)
+running = {{other: "pkg.mod.x_g__mutmut_1"}}
+
+def terminate(signum, frame):
+    for pid in list(running):
+        os.kill(pid, signal.SIGKILL)
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, terminate)
+signal.signal(signal.SIGCHLD, lambda *a: None)
+mutant, tests = json.loads(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    set_mutant_under_test(mutant)
+    os._exit(runner.run_tests(mutant_name=mutant, tests=tests))
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+other_alive = os.waitpid(other, os.WNOHANG) == (0, 0)
+if other_alive:
+    os.kill(other, signal.SIGKILL)
+print(json.dumps({{"warm": runner._session is not None, "code": code,
+                  "other_alive": other_alive}}))
+'''
+
+
+def test_a_mutants_forked_processes_do_not_inherit_the_fork_servers_sigterm(tmp_path):
+    """A worker and the processes its tests fork get the default SIGTERM handler, not the
+    fork server's (which SIGKILLs every worker): a two-process test failing in one rank
+    (torch SIGTERMs the other) ended the other worker's mutant by -9, without a verdict.
+    Here the test passes (its forked child dies of the SIGTERM) and the other worker
+    lives; with the server's handler inherited the test fails and the other is killed."""
+    pytest.importorskip("mutmut")
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["pkg"]\n')
+    (tmp_path / "mutants" / "parity_tests").mkdir(parents=True)
+    (tmp_path / "mutants" / "parity_tests" / "test_t.py").write_text(SIGTERM_TESTS)
+    job = ("pkg.mod.x_f__mutmut_1",
+           ["parity_tests/test_t.py::test_a_forked_rank_stopped_with_sigterm_dies_of_it"])
+    env = {**os.environ, "PYTHONPATH": ""}
+    env.pop("MUTANT_UNDER_TEST", None)
+    run = subprocess.run([sys.executable, "-c", SIGTERM_SERVER.format(root=str(ROOT)),
+                          json.dumps(job)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "warm": True, "code": 0, "other_alive": True}
