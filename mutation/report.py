@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -905,6 +906,34 @@ def stale_equivalents(source: Path = Path(".")) -> list[str]:
             for name in EQUIVALENT if now[name] != EQUIVALENT[name][0]]
 
 
+def gap_reason(name: str, code: int | None) -> str:
+    """Why a mutant of the table's gaps has no kill, when it is not that a test run
+    passed: no test reaches it, or its run ended by a signal before any verdict (a
+    crash, the machine's memory, a process that killed it), which says nothing about
+    the tests: run it again alone.
+
+    >>> gap_reason("m.x_f__mutmut_1", 0)
+    ''
+    >>> gap_reason("m.x_f__mutmut_1", 33)
+    'no test reaches it'
+    >>> gap_reason("m.x_f__mutmut_1", -9).split(":")[0]
+    'ended by SIGKILL before a verdict'
+    """
+    word = verdict(code)
+    if word == "survived":
+        return ""
+    if word == "no tests":
+        return "no test reaches it"
+    if code is not None and code < 0:
+        try:
+            sig = signal.Signals(-code).name
+        except ValueError:
+            sig = f"signal {-code}"
+        return (f"ended by {sig} before a verdict: run it again alone, "
+                f"`.venv/bin/python -m mutation.runner run --max-children 1 {name}`")
+    return f"mutmut's exit code {code}"
+
+
 def table(results: dict[str, dict[str, int | None]]) -> tuple[str, list[str]]:
     """The markdown table and the names of the survivors not named equivalent."""
     rows = ["| module | mutants | killed | survived | no tests | not run | equivalent "
@@ -993,9 +1022,11 @@ def main(argv: list[str] | None = None) -> None:
     stale = sorted(set(EQUIVALENT) - known)
     if stale:
         print(f"\nnamed equivalent but no longer made by mutmut: {', '.join(stale)}")
+    codes = {n: c for by_name in results.values() for n, c in by_name.items()}
     print(f"\n{len(gaps)} surviving mutants not named equivalent (mutmut show NAME):")
     for name in gaps:
-        print(f"  {name}")
+        why = gap_reason(name, codes[name])
+        print(f"  {name}" + (f"  ({why})" if why else ""))
 
 
 if __name__ == "__main__":

@@ -482,3 +482,27 @@ def test_a_mutants_first_failing_test_is_written_to_kills_tsv(tree: Path, monkey
     monkeypatch.delenv("MUTANT_UNDER_TEST")
     conftest.pytest_runtest_logreport(_Report("t.py::c", True))  # outside mutmut: nothing
     assert len(ledger.read_kills(tree / "kills.tsv")) == 2
+
+
+def test_a_gap_says_why_when_no_test_run_passed(tree: Path, monkeypatch, capsys):
+    """The report's gaps: a survivor as its name; no test reaching it, and a run ended by
+    a signal before any verdict (e.g. SIGKILL: says nothing about the tests), with why
+    and the command that runs it again; a timeout (SIGXCPU) is a kill, not a gap."""
+    monkeypatch.chdir(tree)
+    made = tree / "mutants" / "pkg"
+    made.mkdir(parents=True)
+    (made / "mod.py").write_text(SRC)
+    (made / "mod.py.meta").write_text(json.dumps({"exit_code_by_key": {
+        "pkg.mod.x_f__mutmut_1": 0, "pkg.mod.x_f__mutmut_2": -9, "pkg.mod.x_f__mutmut_3": 33,
+        "pkg.mod.x_f__mutmut_4": 1, "pkg.mod.xǁCǁm__mutmut_1": -24}}))
+    report.main(["--ledger", "ledger.json"])
+    out = capsys.readouterr().out
+    assert "| `pkg.mod` | 5 | 2 | 1 | 1 | 0 | 0 | 40.0% |" in out
+    assert out.split("surviving mutants not named equivalent (mutmut show NAME):\n")[1] == (
+        "  pkg.mod.x_f__mutmut_1\n"
+        "  pkg.mod.x_f__mutmut_2  (ended by SIGKILL before a verdict: run it again alone, "
+        "`.venv/bin/python -m mutation.runner run --max-children 1 pkg.mod.x_f__mutmut_2`)\n"
+        "  pkg.mod.x_f__mutmut_3  (no test reaches it)\n")
+    assert report.gap_reason("pkg.mod.x_f__mutmut_5", 7) == "mutmut's exit code 7"
+    assert report.gap_reason("pkg.mod.x_f__mutmut_5", -200).startswith(
+        "ended by signal 200 before a verdict")
