@@ -258,6 +258,7 @@ import os, signal, time
 
 def test_a_forked_rank_stopped_with_sigterm_dies_of_it():
     """As torch.multiprocessing stops the other ranks when one fails."""
+    assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL  # not the server's wake-up
     pid = os.fork()
     if pid == 0:
         time.sleep(30)
@@ -307,9 +308,10 @@ print(json.dumps({{"warm": runner._session is not None, "code": code,
 
 
 def test_a_mutants_forked_processes_do_not_inherit_the_fork_servers_sigterm(tmp_path):
-    """A worker and the processes its tests fork get the default SIGTERM handler, not the
-    fork server's (which SIGKILLs every worker): a two-process test failing in one rank
-    (torch SIGTERMs the other) ended the other worker's mutant by -9, without a verdict.
+    """A worker and the processes its tests fork get the default SIGTERM (and SIGCHLD)
+    handler, not the fork server's (which SIGKILLs every worker): a two-process test
+    failing in one rank (torch SIGTERMs the other) ended the other worker's mutant by -9,
+    without a verdict.
     Here the test passes (its forked child dies of the SIGTERM) and the other worker
     lives; with the server's handler inherited the test fails and the other is killed."""
     pytest.importorskip("mutmut")
