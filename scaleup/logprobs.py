@@ -29,7 +29,11 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def _head_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, with_entropy: bool,
                    entropy_grad: bool = False):
-    logits = head(hidden)
+    # A chunk is a strided slice of the (N, L, H) hidden states. Given that, F.linear
+    # runs a batched product with the head's weight expanded to N rows, which bf16
+    # copies (N x 272 MB for Qwen2.5-0.5B's 151,936 x 896 head: 24x slower than one
+    # (N*chunk, H) x (H, V) product, a micro-batch's forward and backward 3x slower).
+    logits = head(hidden.contiguous())
     logp = selective_log_softmax(logits, ids)
     if not with_entropy:
         return logp, None
