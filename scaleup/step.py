@@ -348,7 +348,8 @@ def grpo_step(model, tokenizer, optimizer, task, step: int, cfg: TrainConfig,
               ) -> dict[str, float]:
     """One GRPO step on ``cfg.prompts_per_step`` prompts of ``task`` (see module doc).
 
-    ``logp_old`` is computed by the same code as ``logp_new`` (a no-grad pass over the same
+    ``logp_old`` is computed by the same code as ``logp_new`` (the training forward's own,
+    detached, when :func:`reuses_training_forward`; else a no-grad pass over the same
     micro-batches), so the ratio is exactly 1 in the first inner epoch; ``logp_ref`` comes
     from the same model with the adapter disabled, only when ``beta > 0`` (or
     ``cfg.log_kl``). Returns the step's metrics (entropy, clip fraction and KL from the
