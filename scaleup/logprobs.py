@@ -4,6 +4,12 @@ The decoder runs once over ``[prompt | completion]``; the LM head and the log-so
 then run over ``chunk`` positions at a time (under activation checkpointing when
 gradients are on), so the full-vocabulary float32 logits of the whole batch never exist
 at once: at most (rows, chunk, V) of them, recomputed in the backward pass.
+
+A GRPO batch holds each prompt G times, in consecutive rows. The decoder then runs each
+distinct prompt once and its completions on the prompt's keys and values, repeated for
+each row (:func:`completion_hidden`): the same function (the gradient reaches the
+prompt's positions through the repeated keys and values), with G - 1 of every G prompt
+forwards saved.
 """
 
 from __future__ import annotations
@@ -27,6 +33,69 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def prompt_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+    """Runs of consecutive rows with the same prompt (ids and mask).
+
+    Returns ``(first, run)``: ``first`` (U,) the first row of each run, ``run`` (N,) the
+    run of each row (so ``prompt_ids[first][run]`` is ``prompt_ids``); ``None`` when no
+    row repeats the prompt of the row before it (nothing to share).
+    """
+    same = ((prompt_ids[1:] == prompt_ids[:-1]).all(1)
+            & (prompt_mask[1:] == prompt_mask[:-1]).all(1))
+    if not bool(same.any()):
+        return None
+    starts = torch.cat([same.new_ones(1), ~same])
+    return starts.nonzero()[:, 0], starts.long().cumsum(0) - 1
+
+
+def can_share_prompts(decoder) -> bool:
+    """Whether :func:`completion_hidden` may run a repeated prompt once: not under
+    activation checkpointing (transformers then drops the key/value cache the completions
+    read), and no dropout that acts (with it each row draws its own masks at the prompt's
+    positions, which one shared forward would not)."""
+    for m in decoder.modules():
+        if getattr(m, "gradient_checkpointing", False) is True:
+            return False
+        if decoder.training and isinstance(m, torch.nn.Dropout) and m.p > 0:
+            return False
+    return not (decoder.training and getattr(decoder.config, "attention_dropout", 0) > 0)
+
+
+def completion_hidden(decoder, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                      completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                      share_prompts: bool = True) -> torch.Tensor:
+    """The decoder's last hidden states (N, T, H) that predict each completion token:
+    position ``P - 1 + t`` of ``[prompt | completion]`` predicts completion token ``t``.
+
+    Positions are counted over real tokens (:func:`position_ids`). With ``share_prompts``
+    (and :func:`can_share_prompts`), when consecutive rows repeat a prompt
+    (:func:`prompt_runs`), the decoder runs each distinct prompt once with a key/value
+    cache, the cache's rows are repeated for the rows of each run, and the completions
+    (all but their last token, which predicts nothing) run on it. Otherwise one forward
+    over ``[prompt | completion]``. The two are the same function, equal up to rounding.
+    """
+    attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
+    n_prompt, n_comp = prompt_ids.shape[1], completion_ids.shape[1]
+    runs = prompt_runs(prompt_ids, prompt_mask) if share_prompts else None
+    if runs is None or not can_share_prompts(decoder):
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn),
+                         use_cache=False).last_hidden_state
+        return hidden[:, n_prompt - 1: n_prompt - 1 + n_comp]
+    first, run = runs
+    # the key/value cache goes in as the 4th positional argument and comes out as the
+    # output's 2nd field: transformers 5.2x renamed both (past_key_values -> cache)
+    hidden, cache = decoder(prompt_ids[first], prompt_mask[first],
+                            position_ids(prompt_mask[first]), use_cache=True).to_tuple()
+    last = hidden[run, -1:]  # the last prompt position predicts completion token 0
+    if n_comp == 1:
+        return last
+    cache.batch_select_indices(run)  # each run's keys and values, once per row
+    tail = decoder(completion_ids[:, :-1], attn[:, :-1], position_ids(attn)[:, n_prompt:-1],
+                   cache, use_cache=True).last_hidden_state
+    return torch.cat([last, tail], dim=1)
+
+
 def _head_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, with_entropy: bool,
                    entropy_grad: bool = False):
     # A chunk is a strided slice of the (N, L, H) hidden states. Given that, F.linear
@@ -46,7 +115,7 @@ def _head_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, with_entropy: 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
                         chunk: int = 64, with_entropy: bool = False,
-                        entropy_grad: bool = False):
+                        entropy_grad: bool = False, share_prompts: bool = True):
     """Log-probs (and optionally entropies) of each completion token under ``model``.
 
     Args:
@@ -59,17 +128,16 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
       entropy_grad: the entropy keeps its gradient (for an entropy bonus in the loss); it
         is computed per chunk under the same checkpoint as the log-probs, so its (rows,
         chunk, V) logits are recomputed in the backward pass, never all kept.
+      share_prompts: run a prompt repeated in consecutive rows once
+        (:func:`completion_hidden`).
     Returns:
       ``(logp, entropy)``: (N, T) float32 each (``entropy`` is ``None`` unless asked).
       Values at masked positions are meaningless; mask them.
     """
     decoder, head = causal_lm_parts(model)
-    attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn),
-                     use_cache=False).last_hidden_state
-    n_prompt, n_comp = prompt_ids.shape[1], completion_ids.shape[1]
-    hidden = hidden[:, n_prompt - 1: n_prompt - 1 + n_comp]  # position t predicts token t+1
+    hidden = completion_hidden(decoder, prompt_ids, prompt_mask, completion_ids,
+                               completion_mask, share_prompts)
+    n_comp = completion_ids.shape[1]
     logps, ents = [], []
     for start in range(0, n_comp, chunk):
         h, tgt = hidden[:, start:start + chunk], completion_ids[:, start:start + chunk]

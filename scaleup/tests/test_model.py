@@ -196,3 +196,122 @@ def test_rollouts_select_keeps_every_field_of_the_chosen_rows():
     # vLLM's rollouts carry the sampler's log-probs: the same rows of them
     roll.logp_sampler = -torch.arange(n * 3.0).view(n, 3)
     assert torch.equal(roll.select(rows).logp_sampler, roll.logp_sampler[rows])
+
+
+def _runs_batch():
+    """Seven rows whose prompts come in runs A A A B B C A (A left-padded, B and C not),
+    completions with and without trailing padding."""
+    g = torch.Generator().manual_seed(3)
+    a, b, c = (torch.randint(0, 256, (5,), generator=g) for _ in range(3))
+    a[:2] = 0
+    p_ids = torch.stack([a, a, a, b, b, c, a])
+    p_mask = torch.ones(7, 5, dtype=torch.long)
+    p_mask[[0, 1, 2, 6], :2] = 0
+    c_ids = torch.randint(0, 256, (7, 6), generator=g)
+    c_mask = torch.ones(7, 6)
+    c_mask[1, 3:] = 0
+    c_mask[4, 1:] = 0
+    return p_ids, p_mask, c_ids, c_mask
+
+
+def _decoder_calls(model):
+    """A list that records the batch size of each decoder forward, and its hook."""
+    from scaleup.logprobs import causal_lm_parts
+
+    rows = []
+    hook = causal_lm_parts(model)[0].register_forward_pre_hook(
+        lambda _, args, kw: rows.append((args[0] if args else kw["input_ids"]).shape[0]),
+        with_kwargs=True)
+    return rows, hook
+
+
+def _logprobs_and_grads(model, batch, share):
+    lp, ent = completion_logprobs(model, *batch, chunk=4, with_entropy=True,
+                                  entropy_grad=True, share_prompts=share)
+    ((lp + 0.1 * ent) * batch[3]).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad(set_to_none=True)
+    return lp.detach(), ent.detach(), grads
+
+
+def _nonzero_adapter(model):
+    """Give LoRA's B a value, so that its A has a gradient too."""
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+def test_a_repeated_prompt_runs_once_with_the_same_logprobs_and_gradients(policy):
+    """Consecutive rows with one prompt run it once (4 distinct runs of 7 rows: two
+    decoder calls, 4 rows then 7), and give the ordinary forward's log-probs and
+    entropies (independent truth: the model's own logits over the whole sequence) and
+    the same gradient as one forward over every row."""
+    model, _ = policy
+    _nonzero_adapter(model)
+    model.train()
+    batch = _runs_batch()
+    p_ids, p_mask, c_ids, c_mask = batch
+    rows, hook = _decoder_calls(model)
+    try:
+        lp, ent, grads = _logprobs_and_grads(model, batch, share=True)
+        shared_calls = list(rows)
+        rows.clear()
+        lp_one, ent_one, grads_one = _logprobs_and_grads(model, batch, share=False)
+        assert rows == [7]
+    finally:
+        hook.remove()
+    assert shared_calls == [4, 7]
+    valid = c_mask != 0
+    attn = torch.cat([p_mask, c_mask.long()], 1)
+    with torch.no_grad():
+        logits = model(input_ids=torch.cat([p_ids, c_ids], 1), attention_mask=attn,
+                       position_ids=position_ids(attn)).logits[:, 4:-1].double()
+    want = torch.log_softmax(logits, -1).gather(-1, c_ids[..., None])[..., 0]
+    p = torch.softmax(logits, -1)
+    torch.testing.assert_close(lp.double()[valid], want[valid], rtol=0, atol=1e-5)
+    torch.testing.assert_close(ent.double()[valid], -(p * p.log()).sum(-1)[valid], rtol=0,
+                               atol=1e-5)
+    torch.testing.assert_close(lp[valid], lp_one[valid], rtol=0, atol=1e-5)
+    assert grads.keys() == grads_one.keys() and any(g.abs().max() > 0 for g in grads.values())
+    for name, g in grads.items():
+        torch.testing.assert_close(g, grads_one[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_one_token_completion_with_a_shared_prompt(policy):
+    """T = 1: only the prompt's last position predicts; no completion forward."""
+    model, _ = policy
+    p_ids, p_mask, c_ids, c_mask = (x[:, :1] if i >= 2 else x
+                                    for i, x in enumerate(_runs_batch()))
+    rows, hook = _decoder_calls(model)
+    try:
+        with torch.no_grad():
+            lp, _ = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask)
+            lp_one, _ = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask,
+                                            share_prompts=False)
+    finally:
+        hook.remove()
+    assert rows == [4, 7]
+    torch.testing.assert_close(lp, lp_one, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["checkpointing", "dropout", "dropout_eval"])
+def test_prompts_are_shared_only_where_the_forward_allows(tokenizer, case):
+    """Under activation checkpointing transformers drops the key/value cache, and with
+    dropout acting each row draws its own masks: then one forward over every row. In
+    eval mode the dropout does not act, and the prompts are shared."""
+    from scaleup.modeling import enable_activation_checkpointing
+
+    cfg = small_cfg(lora_dropout=0.0 if case == "checkpointing" else 0.5)
+    model = add_lora(tiny_qwen2(0, tokenizer), cfg)
+    if case == "checkpointing":
+        enable_activation_checkpointing(model)
+    model.train(case != "dropout_eval")
+    rows, hook = _decoder_calls(model)
+    try:
+        lp, _ = completion_logprobs(model, *_runs_batch())
+        lp.sum().backward()
+    finally:
+        hook.remove()
+    assert rows == ([4, 7] if case == "dropout_eval" else [7])
