@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from peft import PeftModel
 from torch.utils.checkpoint import checkpoint
+from transformers import DynamicCache
 
 from torchref import selective_log_softmax, token_entropy
 
@@ -54,7 +55,8 @@ def can_share_prompts(decoder) -> bool:
     read), and no dropout that acts (with it each row draws its own masks at the prompt's
     positions, which one shared forward would not)."""
     for m in decoder.modules():
-        if getattr(m, "gradient_checkpointing", False) is True:
+        # transformers sets the flag on each module it checkpoints (and on the decoder)
+        if vars(m).get("gradient_checkpointing") is True:
             return False
         if decoder.training and isinstance(m, torch.nn.Dropout) and m.p > 0:
             return False
@@ -63,7 +65,7 @@ def can_share_prompts(decoder) -> bool:
 
 def completion_hidden(decoder, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                       completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                      share_prompts: bool = True) -> torch.Tensor:
+                      share_prompts: bool) -> torch.Tensor:
     """The decoder's last hidden states (N, T, H) that predict each completion token:
     position ``P - 1 + t`` of ``[prompt | completion]`` predicts completion token ``t``.
 
@@ -83,16 +85,18 @@ def completion_hidden(decoder, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
                          use_cache=False).last_hidden_state
         return hidden[:, n_prompt - 1: n_prompt - 1 + n_comp]
     first, run = runs
-    # the key/value cache goes in as the 4th positional argument and comes out as the
-    # output's 2nd field: transformers 5.2x renamed both (past_key_values -> cache)
-    hidden, cache = decoder(prompt_ids[first], prompt_mask[first],
-                            position_ids(prompt_mask[first]), use_cache=True).to_tuple()
+    # the forward fills the cache it is given, the 4th positional argument (transformers
+    # 5.2x renamed it from past_key_values to cache); a plain DynamicCache keeps every
+    # position of every layer, which is right for sliding-window layers too
+    cache = DynamicCache()
+    hidden = decoder(prompt_ids[first], prompt_mask[first], position_ids(prompt_mask[first]),
+                     cache).last_hidden_state
     last = hidden[run, -1:]  # the last prompt position predicts completion token 0
     if n_comp == 1:
         return last
     cache.batch_select_indices(run)  # each run's keys and values, once per row
     tail = decoder(completion_ids[:, :-1], attn[:, :-1], position_ids(attn)[:, n_prompt:-1],
-                   cache, use_cache=True).last_hidden_state
+                   cache).last_hidden_state
     return torch.cat([last, tail], dim=1)
 
 

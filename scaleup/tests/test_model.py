@@ -243,12 +243,17 @@ def _nonzero_adapter(model):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
 
 
-def test_a_repeated_prompt_runs_once_with_the_same_logprobs_and_gradients(policy):
+@pytest.mark.parametrize("sliding", [False, True])
+def test_a_repeated_prompt_runs_once_with_the_same_logprobs_and_gradients(tokenizer, sliding):
     """Consecutive rows with one prompt run it once (4 distinct runs of 7 rows: two
     decoder calls, 4 rows then 7), and give the ordinary forward's log-probs and
     entropies (independent truth: the model's own logits over the whole sequence) and
-    the same gradient as one forward over every row."""
-    model, _ = policy
+    the same gradient as one forward over every row; also with a sliding-window layer
+    (a window of 3 positions, which changes the log-probs)."""
+    sizes = dict(use_sliding_window=True, sliding_window=3, max_window_layers=1) if sliding \
+        else {}
+    model = add_lora(tiny_qwen2(0, tokenizer, **sizes), small_cfg())
+    assert ("sliding_attention" in model.config.layer_types) == sliding
     _nonzero_adapter(model)
     model.train()
     batch = _runs_batch()
@@ -315,3 +320,55 @@ def test_prompts_are_shared_only_where_the_forward_allows(tokenizer, case):
     finally:
         hook.remove()
     assert rows == ([4, 7] if case == "dropout_eval" else [7])
+
+
+def test_the_default_head_chunk_is_64_positions(policy):
+    model, _ = policy
+    from scaleup.logprobs import causal_lm_parts
+
+    seen = []
+    hook = causal_lm_parts(model)[1].register_forward_pre_hook(
+        lambda _, args: seen.append(args[0].shape[1]))
+    g = torch.Generator().manual_seed(5)
+    try:
+        with torch.no_grad():
+            completion_logprobs(model, torch.randint(0, 256, (2, 3), generator=g),
+                                torch.ones(2, 3, dtype=torch.long),
+                                torch.randint(0, 256, (2, 70), generator=g), torch.ones(2, 70))
+    finally:
+        hook.remove()
+    assert seen == [64, 6]
+
+
+class _Decoder(torch.nn.Module):
+    """A stand-in decoder: a config, and modules that may checkpoint or drop out."""
+
+    def __init__(self, config, *children):
+        super().__init__()
+        self.config = config
+        self.layers = torch.nn.ModuleList(children)
+
+
+def _checkpointed():
+    layer = torch.nn.Linear(2, 2)
+    layer.gradient_checkpointing = True
+    return layer
+
+
+@pytest.mark.parametrize(("config", "children", "training", "shares"), [
+    ({}, [], True, True),                                   # a config without the field
+    ({"attention_dropout": 0.0}, [torch.nn.Dropout(0.0)], True, True),
+    ({"attention_dropout": 0.5}, [], True, False),
+    ({"attention_dropout": 0.5}, [], False, True),
+    ({}, [torch.nn.Dropout(0.1)], True, False),
+    ({}, [torch.nn.Dropout(0.1)], False, True),
+    ({}, [_checkpointed()], False, False),
+], ids=["no-field", "zero-dropouts", "attention-dropout", "attention-dropout-eval",
+        "dropout", "dropout-eval", "checkpointing"])
+def test_can_share_prompts_by_case(config, children, training, shares):
+    from types import SimpleNamespace
+
+    from scaleup.logprobs import can_share_prompts
+
+    decoder = _Decoder(SimpleNamespace(**config), *children).train(training)
+    assert can_share_prompts(decoder) is shares
