@@ -52,10 +52,29 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ')',
         "the sampling scan's unroll=True dropped: a compilation choice, the same tokens from "
         "the same uniforms in the same order"),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_27': (
+    'scaleup.logprobs.x_completion_hidden__mutmut_36': (
         ').last_hidden_state',
         "use_cache left to the config (True for Qwen2): the decoder also returns a KV cache, "
         "which is dropped: the same hidden states (memory only)"),
+    'scaleup.logprobs.x_completion_hidden__mutmut_32': (
+        'use_cache=None).last_hidden_state',
+        "use_cache left to the config (True for Qwen2): the decoder also returns a KV cache, "
+        "which is dropped: the same hidden states (memory only)"),
+    'scaleup.logprobs.x_completion_hidden__mutmut_30': (
+        'hidden = decoder(input_ids=ids, attention_mask=None, position_ids=position_ids(attn),',
+        "no mask in the single forward: transformers 5 then reads the sequences from the "
+        "position ids (a position 0 starts one), so each left-padding position is a sequence "
+        "of its own and the real tokens attend to none of it; after a completion's end the "
+        "positions repeat and those (masked) positions attend to the padding: every valid "
+        "position's value the same (the whole scale-up suite passes)"),
+    'scaleup.logprobs.x_completion_hidden__mutmut_34': (
+        'hidden = decoder(input_ids=ids, position_ids=position_ids(attn),',
+        "no mask in the single forward: as mutmut_30 (transformers 5 reads the left padding "
+        "from the position ids; only masked positions change)"),
+    'scaleup.logprobs.x_completion_hidden__mutmut_6': (
+        'attn = torch.cat([prompt_mask, completion_mask.to(None)], dim=1)',
+        "the float 0/1 completion mask left float: the concatenated mask is then float 0/1, "
+        "which transformers reads as the same mask, and position_ids casts it to long"),
     'jaxgrpo.loss.x_grpo_loss__mutmut_193': (
         'None if max_len is None else int(max_len), use_kl=b is not None or b != 0,',
         'use_kl also at beta 0: the jitted loss then replaces the reference by new itself '
@@ -82,7 +101,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.step.x__update__mutmut_70': (
         'first_ratio = float("NAN") if reuse else stats["max_abs_log_ratio"]',
         "float() reads 'NAN' as 'nan' (case-insensitive)"),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_29': (
+    'scaleup.logprobs.x_completion_hidden__mutmut_38': (
         'use_cache=True).last_hidden_state',
         'the decoder also returns a KV cache, which is dropped: the same hidden states '
         '(memory only)'),
@@ -507,10 +526,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.rollout.x_sample_rollouts__mutmut_53': (
         'if device.type == "CUDA":',
         'CUDA only, and timing only: the synchronize before the clock starts'),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_23': (
-        'use_cache=None).last_hidden_state',
-        "use_cache None takes the model config's True: this one forward also builds a KV "
-        'cache that is dropped, memory only; the same hidden states'),
     'grpospec.checks.x_check_grpo_loss__mutmut_9': (
         'sapo_temperature_pos: Any = 2.0,',
         "the check's own default, only range-checked (2.0 is valid too); both grpo_loss "
@@ -536,12 +551,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'jaxgrpo.loss.x_grpo_loss__mutmut_207': (
         'use_tis=tis_cap is not None, tis_cap=2.0 if tis_cap is None else tis_cap)',
         'the placeholder cap is read only with use_tis, False exactly when tis_cap is None'),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_25': (
-        'hidden = decoder(input_ids=ids, position_ids=position_ids(attn),',
-        'without attention_mask, transformers 5.24 reads packed sequences from '
-        'position_ids: each left pad (position 0) and the real tokens (0 again, then '
-        '1, 2, ...) are separate sequences, so no real token attends to a pad '
-        '(test_chunked_logprobs_equal_the_full_logits passes)'),
     'scaleup.step.x_loss_backward__mutmut_94': (
         'keep = mb.keep.to(None)',
         "keep stays bool: adv * keep and bonus * keep keep their own dtype and grpo_loss "
@@ -703,22 +712,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'chunk: int = 65, with_entropy: bool = False,',
         "the chunk of positions per LM-head call: each position's log-prob is the same "
         "whatever the chunks (memory only)"),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_11': (
-        'attn = torch.cat([prompt_mask, completion_mask.to(None)], dim=1)',
-        "a float 0/1 completion mask promotes the cat to float; transformers reads the "
-        "attention mask as 0/1 whatever its dtype"),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_21': (
-        'hidden = decoder(input_ids=ids, attention_mask=None, position_ids=position_ids(attn),',
-        "without a mask transformers splits packed sequences at position_ids == 0: each "
-        "left pad (position 0) is its own sequence, so real tokens still see only real ones"),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_22': (
+    'scaleup.logprobs.x_completion_hidden__mutmut_31': (
         'hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=None,',
         "positions 0.. instead of counted over real tokens shift a row's real tokens by "
-        "its padding: rotary attention depends only on relative positions (1e-6 here)"),
-    'scaleup.logprobs.x_completion_logprobs__mutmut_26': (
+        "its padding in the single forward: rotary attention depends only on relative "
+        "positions (1e-6 here)"),
+    'scaleup.logprobs.x_completion_hidden__mutmut_35': (
         'hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False)'
         '.last_hidden_state',
-        "as mutant 22: no position_ids is a uniform shift per row, invisible to rotary "
+        "as mutant 31: no position_ids is a uniform shift per row, invisible to rotary "
         "attention over masked padding"),
     'scaleup.logprobs.x_position_ids__mutmut_4': (
         'return (attention_mask.long().cumsum(+1) - 1).clamp(min=0)',

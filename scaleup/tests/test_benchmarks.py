@@ -40,3 +40,16 @@ def test_gpu_benchmark_smoke_mode_on_cpu(tmp_path):
     assert all(not s["oom"] and s["step_seconds"] > 0 for s in result["train_steps"])
     assert result["fits_8gb"] is None  # unknowable on CPU
     assert (tmp_path / "b.json").exists()
+
+
+def test_prompt_sharing_benchmark_smoke_mode(tmp_path, monkeypatch):
+    """Its quick run times both forwards and finds the same log-probs (float32)."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    spec = importlib.util.spec_from_file_location("bench_prompt_sharing",
+                                                  BENCH.parent / "bench_prompt_sharing.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.main(["--quick", "--json", str(tmp_path / "s.json")])
+    assert result["shared_s"] > 0 and result["each_row_s"] > 0
+    assert result["max_abs_logp_difference"] < 1e-5
+    assert (tmp_path / "s.json").exists()

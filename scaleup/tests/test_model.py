@@ -279,9 +279,11 @@ def test_a_repeated_prompt_runs_once_with_the_same_logprobs_and_gradients(tokeni
     torch.testing.assert_close(ent.double()[valid], -(p * p.log()).sum(-1)[valid], rtol=0,
                                atol=1e-5)
     torch.testing.assert_close(lp[valid], lp_one[valid], rtol=0, atol=1e-5)
-    assert grads.keys() == grads_one.keys() and any(g.abs().max() > 0 for g in grads.values())
+    # float32 rounding: here up to 4e-6 apart (the log-softmax runs in float32 either way);
+    # a gradient that missed the prompt's share through the repeated cache is O(1) off
+    assert grads.keys() == grads_one.keys() and all(g.abs().max() > 0 for g in grads.values())
     for name, g in grads.items():
-        torch.testing.assert_close(g, grads_one[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(g, grads_one[name], rtol=1e-3, atol=1e-5, msg=name)
 
 
 def test_a_one_token_completion_with_a_shared_prompt(policy):
