@@ -1,7 +1,7 @@
 """Per-token log-probs of completions from the training forward, in chunks.
 
-The decoder runs once over ``[prompt | completion]``; the LM head and the log-softmax
-then run over ``chunk`` positions at a time (under activation checkpointing when
+The decoder runs over ``[prompt | completion]`` (one forward, or the two of a shared
+prompt, below); the LM head and the log-softmax then run over ``chunk`` positions at a time (under activation checkpointing when
 gradients are on), so the full-vocabulary float32 logits of the whole batch never exist
 at once: at most (rows, chunk, V) of them, recomputed in the backward pass.
 
