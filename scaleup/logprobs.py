@@ -1,9 +1,10 @@
 """Per-token log-probs of completions from the training forward, in chunks.
 
 The decoder runs over ``[prompt | completion]`` (one forward, or the two of a shared
-prompt, below); the LM head and the log-softmax then run over ``chunk`` positions at a time (under activation checkpointing when
-gradients are on), so the full-vocabulary float32 logits of the whole batch never exist
-at once: at most (rows, chunk, V) of them, recomputed in the backward pass.
+prompt, below); the LM head and the log-softmax then run over ``chunk`` positions at a
+time (under activation checkpointing when gradients are on), so the full-vocabulary
+float32 logits of the whole batch never exist at once: at most (rows, chunk, V) of them,
+recomputed in the backward pass.
 
 A GRPO batch holds each prompt G times, in consecutive rows. The decoder then runs each
 distinct prompt once and its completions on the prompt's keys and values, repeated for
