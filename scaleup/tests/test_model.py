@@ -325,6 +325,7 @@ def test_prompts_are_shared_only_where_the_forward_allows(tokenizer, case):
 
 
 def test_the_default_head_chunk_is_64_positions(policy):
+    """70 completion positions reach the LM head as chunks of 64 and 6."""
     model, _ = policy
     from scaleup.logprobs import causal_lm_parts
 
