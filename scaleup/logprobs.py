@@ -2,15 +2,24 @@
 
 The decoder runs over ``[prompt | completion]`` (one forward, or the two of a shared
 prompt, below); the LM head and the log-softmax then run over ``chunk`` positions at a
-time (under activation checkpointing when gradients are on), so the full-vocabulary
-float32 logits of the whole batch never exist at once: at most (rows, chunk, V) of them,
-recomputed in the backward pass.
+time, so the full-vocabulary float32 logits of the whole batch never exist at once: at
+most (rows, chunk, V) of them. With gradients on, a chunk runs under activation
+checkpointing (its logits recomputed in the backward pass), or, for a frozen head, as
+:class:`FrozenHeadLogprobs` (below).
 
 A GRPO batch holds each prompt G times, in consecutive rows. The decoder then runs each
 distinct prompt once and its completions on the prompt's keys and values, repeated for
 each row (:func:`completion_hidden`): the same function (the gradient reaches the
 prompt's positions through the repeated keys and values), with G - 1 of every G prompt
 forwards saved.
+
+When the LM head is a frozen linear map (LoRA leaves Qwen's tied head untouched), its
+gradient is known in the forward pass: ``d logp_t / d h_t = w[y_t] - p_t W`` (the target
+token's row of the head minus the probability-weighted mean row). :class:`FrozenHeadLogprobs`
+computes it there, once per chunk, and keeps only that (rows, chunk, H) matrix for the
+backward, which then multiplies it by the incoming gradient: no (rows, chunk, V) logits
+are kept or recomputed, the head's product runs once forward and once for ``p_t W``
+(where checkpointing ran it three times: forward, recompute, backward).
 """
 
 from __future__ import annotations
@@ -117,10 +126,66 @@ def _head_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, with_entropy: 
         return logp, token_entropy(logits)
 
 
+def frozen_head_weight(head):
+    """The weight (V, H) of ``head`` when it is a plain bias-free ``nn.Linear`` whose weight
+    takes no gradient (:class:`FrozenHeadLogprobs` applies); else ``None``."""
+    if type(head) is torch.nn.Linear and head.bias is None and not head.weight.requires_grad:
+        return head.weight
+    return None
+
+
+def frozen_head_forward(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
+                        with_entropy: bool):
+    """Log-probs of ``ids`` under ``softmax(hidden @ weight.T)`` and their gradient.
+
+    Args:
+      hidden: (..., H) hidden states; weight: (V, H) the head; ids: (...) token ids.
+      with_entropy: also the entropy of each position's distribution.
+    Returns:
+      ``(logp, entropy, jac)``, in float32 (float64 for a float64 weight): logp (...)
+      ``log p[y] = z[y] - logsumexp(z)`` with ``z = hidden @ weight.T`` (the operations of
+      :func:`torchref.selective_log_softmax`, so the same values); entropy (...)
+      ``-sum_v p_v log p_v``, or ``None``; jac (..., H) ``d logp / d hidden = weight[y] -
+      p @ weight``, ``p = softmax(z)`` (its product with the weight in the weight's dtype).
+    """
+    wide = torch.promote_types(weight.dtype, torch.float32)  # float64 stays (gradcheck)
+    logp_all = torch.nn.functional.linear(hidden, weight).to(wide)
+    logp_all -= torch.logsumexp(logp_all, dim=-1, keepdim=True)
+    logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)
+    probs = logp_all.exp()
+    entropy = -(probs * logp_all).sum(-1) if with_entropy else None
+    del logp_all
+    jac = weight[ids].to(wide) - (probs.to(weight.dtype) @ weight).to(wide)
+    return logp, entropy, jac
+
+
+class FrozenHeadLogprobs(torch.autograd.Function):
+    """:func:`frozen_head_forward` as an autograd op: the gradient flows to ``hidden``
+    only (``grad_hidden = grad_logp * jac``, in ``hidden``'s dtype); the head's weight is
+    frozen and the entropy has no gradient. ``apply(hidden, weight, ids, with_entropy)``
+    returns ``(logp, entropy)``."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, ids, with_entropy):
+        logp, entropy, jac = frozen_head_forward(hidden, weight, ids, with_entropy)
+        ctx.save_for_backward(jac)
+        ctx.hidden_dtype = hidden.dtype
+        if entropy is None:
+            return logp, None
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        (jac,) = ctx.saved_tensors
+        return (grad_logp[..., None] * jac).to(ctx.hidden_dtype), None, None, None
+
+
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
                         chunk: int = 64, with_entropy: bool = False,
-                        entropy_grad: bool = False, share_prompts: bool = True):
+                        entropy_grad: bool = False, share_prompts: bool = True,
+                        fused_head: bool = True):
     """Log-probs (and optionally entropies) of each completion token under ``model``.
 
     Args:
@@ -135,6 +200,9 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
         chunk, V) logits are recomputed in the backward pass, never all kept.
       share_prompts: run a prompt repeated in consecutive rows once
         (:func:`completion_hidden`).
+      fused_head: with gradients on, a frozen head (:func:`frozen_head_weight`) and no
+        entropy gradient, compute the head's gradient in the forward pass
+        (:class:`FrozenHeadLogprobs`) instead of checkpointing the chunk.
     Returns:
       ``(logp, entropy)``: (N, T) float32 each (``entropy`` is ``None`` unless asked).
       Values at masked positions are meaningless; mask them.
@@ -143,10 +211,14 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     hidden = completion_hidden(decoder, prompt_ids, prompt_mask, completion_ids,
                                completion_mask, share_prompts)
     n_comp = completion_ids.shape[1]
+    weight = (frozen_head_weight(head) if fused_head and torch.is_grad_enabled()
+              and not entropy_grad else None)
     logps, ents = [], []
     for start in range(0, n_comp, chunk):
         h, tgt = hidden[:, start:start + chunk], completion_ids[:, start:start + chunk]
-        if torch.is_grad_enabled():
+        if weight is not None:
+            lp, ent = FrozenHeadLogprobs.apply(h.contiguous(), weight, tgt, with_entropy)
+        elif torch.is_grad_enabled():
             lp, ent = checkpoint(_head_logprobs, head, h, tgt, with_entropy, entropy_grad,
                                  use_reentrant=False)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
@@ -42,14 +43,17 @@ def test_gpu_benchmark_smoke_mode_on_cpu(tmp_path):
     assert (tmp_path / "b.json").exists()
 
 
-def test_prompt_sharing_benchmark_smoke_mode(tmp_path, monkeypatch):
-    """Its quick run times both forwards and finds the same log-probs (float32)."""
+@pytest.mark.parametrize("compare", ["sharing", "fused-head"])
+def test_microbatch_benchmark_smoke_mode(tmp_path, monkeypatch, compare):
+    """Its quick run times both ways and finds the same log-probs and gradients
+    (float32)."""
     monkeypatch.syspath_prepend(str(BENCH.parent))
-    spec = importlib.util.spec_from_file_location("bench_prompt_sharing",
-                                                  BENCH.parent / "bench_prompt_sharing.py")
+    spec = importlib.util.spec_from_file_location("bench_microbatch",
+                                                  BENCH.parent / "bench_microbatch.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    result = module.main(["--quick", "--json", str(tmp_path / "s.json")])
-    assert result["shared_s"] > 0 and result["each_row_s"] > 0
+    result = module.main(["--quick", "--compare", compare, "--json", str(tmp_path / "s.json")])
+    assert result["compare"] == compare and result["on_s"] > 0 and result["off_s"] > 0
     assert result["max_abs_logp_difference"] < 1e-5
+    assert result["max_rel_grad_difference"] < 1e-3
     assert (tmp_path / "s.json").exists()

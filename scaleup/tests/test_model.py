@@ -110,7 +110,9 @@ def test_the_lm_head_multiplies_contiguous_rows(policy):
     """Each chunk of hidden states reaches the LM head contiguous (one 2-D product), with
     and without gradients and in the backward's recompute: a strided chunk makes
     F.linear expand the head's weight to every row (in bf16 a copy per row: for the
-    0.5B model's 151,936-way head a micro-batch's forward and backward 3x slower)."""
+    0.5B model's 151,936-way head a micro-batch's forward and backward 3x slower). With
+    gradients on this is the checkpointed path (``fused_head=False``, or a head that
+    trains); the fused head's chunks: test_fused_head.py."""
     from scaleup.logprobs import causal_lm_parts
 
     model, _ = policy
@@ -125,7 +127,8 @@ def test_the_lm_head_multiplies_contiguous_rows(policy):
     try:
         with torch.no_grad():
             completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, chunk=4)
-        lp, _ = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, chunk=4)
+        lp, _ = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, chunk=4,
+                                    fused_head=False)
         lp.sum().backward()
     finally:
         hook.remove()

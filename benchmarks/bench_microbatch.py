@@ -1,8 +1,12 @@
-"""Benchmark: the training forward and backward of one GRPO micro-batch, each prompt run
-once for its group (``share_prompts=True``, the default) vs once per row; side by side.
+"""Benchmark: the training forward and backward of one GRPO micro-batch, two ways side by
+side: each prompt run once for its group (``share_prompts=True``, the default) vs once per
+row (``--compare sharing``), or the frozen LM head's gradient computed in the forward
+(``fused_head=True``, the default) vs the head's chunks checkpointed and recomputed in
+the backward (``--compare fused-head``).
 
-    python benchmarks/bench_prompt_sharing.py [--model 0.5b] [--dtype bfloat16] [--threads 2]
-    python benchmarks/bench_prompt_sharing.py --quick        # a smoke run (tiny model)
+    python benchmarks/bench_microbatch.py [--compare sharing|fused-head] [--model 0.5b]
+                                          [--dtype bfloat16] [--threads 2]
+    python benchmarks/bench_microbatch.py --quick        # a smoke run (tiny model)
 
 A micro-batch of ``--rows`` sequences whose prompts come in runs of ``--group`` (a GRPO
 micro-batch of whole groups), ``--prompt-tokens`` random prompt tokens and
@@ -10,8 +14,9 @@ micro-batch of whole groups), ``--prompt-tokens`` random prompt tokens and
 Qwen2.5-0.5B's architecture (``--model 0.5b``) or the tests' tiny one, LoRA r=16 on all
 linear layers (the scale-up's default adapter), in train mode. Each repeat times
 ``scaleup.logprobs.completion_logprobs`` and the backward of the log-probs' sum, with
-and without sharing, alternately (the order swapped every repeat), and prints the median
-seconds of each and their ratio; also the largest difference of the two log-probs.
+the compared option on (the default) and off, alternately (the order swapped every
+repeat), and prints the median seconds of each and their ratio; also the largest
+difference of the two log-probs and of the two LoRA gradients.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import torch
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--compare", default="sharing", choices=("sharing", "fused-head"),
+                   help="the option timed on and off (default sharing)")
     p.add_argument("--model", default="0.5b", choices=("tiny", "0.5b"),
                    help="random model: Qwen2.5-0.5B's architecture or the tiny one")
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
@@ -73,40 +80,44 @@ def main(argv=None) -> dict:
     c_ids = torch.randint(0, 256, (args.rows, args.completion_tokens), generator=g)
     c_mask = torch.ones(c_ids.shape)
 
-    def fwd_bwd(share: bool) -> tuple[float, torch.Tensor]:
+    option = {"sharing": "share_prompts", "fused-head": "fused_head"}[args.compare]
+
+    def fwd_bwd(on: bool) -> tuple[float, torch.Tensor, list[torch.Tensor]]:
         t0 = time.perf_counter()
-        lp, _ = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask,
-                                    share_prompts=share)
+        lp, _ = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask, **{option: on})
         lp.float().sum().backward()
         seconds = time.perf_counter() - t0
+        grads = [p.grad.float() for p in model.parameters() if p.grad is not None]
         model.zero_grad(set_to_none=True)
-        return seconds, lp.detach()
+        return seconds, lp.detach(), grads
 
     fwd_bwd(True)  # warm-up
-    times = {True: [], False: []}
+    times, lps, grads = {True: [], False: []}, {}, {}
     for r in range(args.repeats):
-        for share in ((True, False) if r % 2 == 0 else (False, True)):
-            seconds, lp = fwd_bwd(share)
-            times[share].append(seconds)
-            if share:
-                lp_shared = lp
-            else:
-                lp_each = lp
-        print(json.dumps({"repeat": r, "shared_s": round(times[True][-1], 3),
-                          "each_row_s": round(times[False][-1], 3)}), flush=True)
-    result = {"model": args.model, "dtype": args.dtype, "threads": args.threads,
-              "rows": args.rows, "group": args.group, "prompt_tokens": args.prompt_tokens,
+        for on in ((True, False) if r % 2 == 0 else (False, True)):
+            seconds, lps[on], grads[on] = fwd_bwd(on)
+            times[on].append(seconds)
+        print(json.dumps({"repeat": r, "on_s": round(times[True][-1], 3),
+                          "off_s": round(times[False][-1], 3)}), flush=True)
+    result = {"compare": args.compare, "model": args.model, "dtype": args.dtype,
+              "threads": args.threads, "rows": args.rows, "group": args.group,
+              "prompt_tokens": args.prompt_tokens,
               "completion_tokens": args.completion_tokens, "repeats": args.repeats,
-              "shared_s": statistics.median(times[True]),
-              "each_row_s": statistics.median(times[False]),
-              "max_abs_logp_difference": float((lp_shared - lp_each).abs().max())}
-    result["speedup"] = result["each_row_s"] / result["shared_s"]
-    print(f"\n| rows x (prompt + completion) | prompt per row s | prompt per group s | "
-          f"speed-up | max |logp diff| |\n|---|---:|---:|---:|---:|\n"
+              "on_s": statistics.median(times[True]), "off_s": statistics.median(times[False]),
+              "max_abs_logp_difference": float((lps[True] - lps[False]).abs().max()),
+              "max_rel_grad_difference": max(
+                  float((a - b).norm() / b.norm().clamp_min(1e-30))
+                  for a, b in zip(grads[True], grads[False], strict=True))}
+    result["speedup"] = result["off_s"] / result["on_s"]
+    on, off = {"sharing": ("prompt per group", "prompt per row"),
+               "fused-head": ("fused head", "checkpointed head")}[args.compare]
+    print(f"\n| rows x (prompt + completion) | {off} s | {on} s | speed-up | "
+          f"max |logp diff| | max rel. grad diff |\n|---|---:|---:|---:|---:|---:|\n"
           f"| {args.rows} x ({args.prompt_tokens} + {args.completion_tokens}), G={args.group}, "
-          f"{args.model} {args.dtype}, {args.threads} thread(s) | {result['each_row_s']:.3f} | "
-          f"{result['shared_s']:.3f} | {result['speedup']:.2f}x | "
-          f"{result['max_abs_logp_difference']:.2g} |")
+          f"{args.model} {args.dtype}, {args.threads} thread(s) | {result['off_s']:.3f} | "
+          f"{result['on_s']:.3f} | {result['speedup']:.2f}x | "
+          f"{result['max_abs_logp_difference']:.2g} | "
+          f"{result['max_rel_grad_difference']:.2g} |")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return result
