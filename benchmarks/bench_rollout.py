@@ -56,6 +56,9 @@ def parse_args(argv=None):
                    help="comma list of parts to skip: sampling,steps,trl")
     p.add_argument("--vllm-eager", action="store_true",
                    help="vLLM without torch.compile (starts in seconds; slower sampling)")
+    p.add_argument("--interleave", action="store_true",
+                   help="load both of this project's trainers at once and alternate their "
+                        "steps (paired ratios; more memory)")
     p.add_argument("--json", default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -155,8 +158,9 @@ def step_cfg(folder, args, rollout):
                        vllm_enforce_eager=args.vllm_eager)
 
 
-def bench_project(folder, args, rollout) -> dict:
-    """``grpo_step`` as ``grpo-scaleup train --rollout ROLLOUT`` runs it."""
+def project_trainer(folder, args, rollout):
+    """``(step, close)``: ``step()`` runs the next ``grpo_step`` as ``grpo-scaleup train
+    --rollout ROLLOUT`` runs it and returns its metrics; ``close()`` stops the engine."""
     from scaleup.modeling import load_policy, stop_token_ids
     from scaleup.step import grpo_step
     from scaleup.train import make_optimizer, make_sampler, set_threads, task_of
@@ -168,20 +172,62 @@ def bench_project(folder, args, rollout) -> dict:
     opt = make_optimizer(model, cfg)
     stops = stop_token_ids(tok, model)
     task = task_of(cfg)
-    torch.manual_seed(0)
-    times, tokens, rewards, mismatch = [], [], [], []
-    for step in range(args.steps):
-        m = grpo_step(model, tok, opt, task, step, cfg, stops, device, sampler=sampler)
-        times.append(m["step_time_s"])
-        tokens.append(m["sample_tokens_per_s"])
-        rewards.append(m["mean_reward"])
-        mismatch.append(m.get("sampling/sampling_logp_difference/max"))
-    if sampler is not None:
-        sampler.close()
+    done = []
+
+    def step() -> dict:
+        m = grpo_step(model, tok, opt, task, len(done), cfg, stops, device, sampler=sampler)
+        done.append(m)
+        return {**m, "torch_threads": torch.get_num_threads()}
+
+    def close() -> None:
+        if sampler is not None:
+            sampler.close()
+
+    return step, close
+
+
+def project_row(rollout, metrics: list[dict]) -> dict:
+    """The table's row of ``grpo-scaleup --rollout ROLLOUT``: medians over the steps after
+    the first."""
+    times = [m["step_time_s"] for m in metrics]
     return {"trainer": f"grpo-scaleup --rollout {rollout}",
             "step_s": statistics.median(times[1:]), "steps_s": times,
-            "sample_tokens_per_s": statistics.median(tokens[1:]), "mean_reward": rewards,
-            "logp_diff_max": mismatch}
+            "sample_tokens_per_s": statistics.median(m["sample_tokens_per_s"]
+                                                     for m in metrics[1:]),
+            "mean_reward": [m["mean_reward"] for m in metrics],
+            "logp_diff_max": [m.get("sampling/sampling_logp_difference/max") for m in metrics],
+            "torch_threads": sorted({m["torch_threads"] for m in metrics})}
+
+
+def bench_project(folder, args, rollout) -> dict:
+    """``--steps`` steps of ``grpo-scaleup --rollout ROLLOUT``, one after another."""
+    step, close = project_trainer(folder, args, rollout)
+    torch.manual_seed(0)
+    metrics = [step() for _ in range(args.steps)]
+    close()
+    return project_row(rollout, metrics)
+
+
+def bench_interleaved(folder, args) -> list[dict]:
+    """Both samplers' trainers loaded at once, their steps alternating (hf, vllm, then
+    vllm, hf, ...), so that each pair of steps is measured minutes apart at most, not a
+    whole run apart: the ratio of each pair (after the first) and their median."""
+    trainers = {rollout: project_trainer(folder, args, rollout) for rollout in ("hf", "vllm")}
+    torch.manual_seed(0)
+    metrics = {"hf": [], "vllm": []}
+    for i in range(args.steps):
+        for rollout in (("hf", "vllm") if i % 2 == 0 else ("vllm", "hf")):
+            metrics[rollout].append(trainers[rollout][0]())
+            print(json.dumps({"step": i, "rollout": rollout,
+                              "step_s": round(metrics[rollout][-1]["step_time_s"], 2)}),
+                  flush=True)
+    for _, close in trainers.values():
+        close()
+    rows = [project_row(rollout, ms) for rollout, ms in metrics.items()]
+    ratios = [h["step_time_s"] / v["step_time_s"]
+              for h, v in zip(metrics["hf"][1:], metrics["vllm"][1:], strict=True)]
+    rows[1].update(paired_ratios=ratios, paired_ratio_median=statistics.median(ratios))
+    return rows
 
 
 def bench_trl(folder, args) -> dict:
@@ -254,7 +300,10 @@ def main(argv=None) -> dict:
         if "steps" not in skip:
             folder = save_model(tmp / "step_model", args.step_model,
                                 getattr(torch, args.step_dtype))
-            steps = [bench_project(folder, args, "hf"), bench_project(folder, args, "vllm")]
+            if args.interleave:
+                steps = bench_interleaved(folder, args)
+            else:
+                steps = [bench_project(folder, args, "hf"), bench_project(folder, args, "vllm")]
             if "trl" not in skip:
                 steps.append(bench_trl(folder, args))
             result["grpo_step"] = steps
@@ -263,6 +312,11 @@ def main(argv=None) -> dict:
         print("\n| trainer | s/step | vs grpo-scaleup --rollout hf |\n|---|---:|---:|")
         for s in result["grpo_step"]:
             print(f"| {s['trainer']} | {s['step_s']:.3f} | {base / s['step_s']:.2f}x |")
+        paired = result["grpo_step"][1].get("paired_ratio_median")
+        if paired is not None:
+            print(f"(steps interleaved: the median of the paired hf / vllm step ratios "
+                  f"{paired:.2f}x, each: "
+                  f"{', '.join(f'{r:.2f}' for r in result['grpo_step'][1]['paired_ratios'])})")
     if "sampling" in result:
         print("\n| B*G | new tokens | HF generate (peft) tok/s | HF generate (merged) tok/s | "
               "vLLM tok/s | vLLM / HF (peft) | vLLM / HF (merged) |\n"

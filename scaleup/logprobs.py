@@ -155,7 +155,7 @@ def frozen_head_forward(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.T
     probs = logp_all.exp()
     entropy = -(probs * logp_all).sum(-1) if with_entropy else None
     del logp_all
-    jac = weight[ids].to(wide) - (probs.to(weight.dtype) @ weight).to(wide)
+    jac = weight[ids].to(wide) - probs.to(weight.dtype) @ weight  # promoted to ``wide``
     return logp, entropy, jac
 
 
@@ -169,7 +169,6 @@ class FrozenHeadLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, ids, with_entropy):
         logp, entropy, jac = frozen_head_forward(hidden, weight, ids, with_entropy)
         ctx.save_for_backward(jac)
-        ctx.hidden_dtype = hidden.dtype
         if entropy is None:
             return logp, None
         ctx.mark_non_differentiable(entropy)
@@ -178,7 +177,8 @@ class FrozenHeadLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         (jac,) = ctx.saved_tensors
-        return (grad_logp[..., None] * jac).to(ctx.hidden_dtype), None, None, None
+        # autograd casts a gradient to its input's dtype (bfloat16 hidden: bfloat16)
+        return grad_logp[..., None] * jac, None, None, None
 
 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

@@ -84,6 +84,8 @@ def test_bfloat16_is_as_close_to_float64_as_the_checkpointed_head():
     lp_t, grad_t = grad_of(lambda x: selective_log_softmax(
         torch.nn.functional.linear(x, weight.double()), ids), torch.float64)
     assert grad_f.dtype == torch.bfloat16
+    assert [x.dtype for x in frozen_head_forward(hidden, weight, ids, True)] == [
+        torch.float32] * 3
     torch.testing.assert_close(lp_f, lp_a, rtol=0, atol=0)
     err_f = ((grad_f.double() - grad_t).norm() / grad_t.norm()).item()
     err_a = ((grad_a.double() - grad_t).norm() / grad_t.norm()).item()
@@ -159,7 +161,9 @@ def test_completion_logprobs_fuses_the_head_only_where_it_is_exact(tokenizer, mo
     head = causal_lm_parts(model)[1]
     if case == "trainable_head":
         head.weight.requires_grad_(True)
-    kw = {"entropy_grad": case == "entropy_grad", "fused_head": case != "off"}
+    kw = {"entropy_grad": True} if case == "entropy_grad" else {}
+    if case == "off":
+        kw["fused_head"] = False  # on by default
     with torch.set_grad_enabled(case != "no_grad"):
         lp, ent = completion_logprobs(model, *batch, chunk=3, with_entropy=True, **kw)
     assert seen == ([True] * 3 if fused else [])

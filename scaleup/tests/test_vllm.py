@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 
 import pytest
 import torch
@@ -280,3 +281,29 @@ def test_rollout_benchmark_runs_its_smoke_mode(tmp_path, monkeypatch):
     for s in result["grpo_step"]:
         assert len(s["steps_s"]) == 3 and s["step_s"] > 0
     assert all(m is not None and m < TOL for m in result["grpo_step"][1]["logp_diff_max"])
+
+
+@needs_vllm
+def test_rollout_benchmark_interleaves_the_two_trainers(monkeypatch):
+    """``--interleave``: both trainers loaded at once, steps alternating; a paired ratio per
+    step after the first, and every step of both ran on the threads asked for (the
+    default 1: once an engine has started, vLLM makes ``torch.set_num_threads`` a no-op
+    for the whole process, so a test after another test's engine cannot ask for more)."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.modules.pop("bench_rollout", None)
+    import bench_rollout
+
+    result = bench_rollout.main(["--quick", "--vllm-eager", "--skip", "sampling,trl",
+                                 "--interleave"])
+    hf, vllm = result["grpo_step"]
+    assert (hf["trainer"], vllm["trainer"]) == ("grpo-scaleup --rollout hf",
+                                                "grpo-scaleup --rollout vllm")
+    assert len(hf["steps_s"]) == len(vllm["steps_s"]) == 3
+    assert vllm["paired_ratios"] == [h / v for h, v in zip(hf["steps_s"][1:],
+                                                           vllm["steps_s"][1:], strict=True)]
+    assert vllm["paired_ratio_median"] == statistics.median(vllm["paired_ratios"])
+    assert hf["torch_threads"] == vllm["torch_threads"] == [1]
+    assert all(m is not None and m < TOL for m in vllm["logp_diff_max"])
