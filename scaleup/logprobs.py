@@ -169,9 +169,8 @@ class FrozenHeadLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, ids, with_entropy):
         logp, entropy, jac = frozen_head_forward(hidden, weight, ids, with_entropy)
         ctx.save_for_backward(jac)
-        if entropy is None:
-            return logp, None
-        ctx.mark_non_differentiable(entropy)
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
