@@ -814,6 +814,205 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'scaleup.step.x_loss_backward__mutmut_242': (
         '[sums["max_abs_log_ratio"], sums[MISMATCH_KEYS[1]]], None, device=total.device)',
         'all_reduce takes every op other than "sum" for max: None is max'),
+    'jaxgrpo.lm_tasks.x__answer_is__mutmut_12': (
+        'expected = jnp.take_along_axis(digits, jnp.clip(rank, 0, width - 1), )',
+        "take_along_axis's axis defaults to -1, the last of these 2-D arrays: axis=1"),
+    'jaxgrpo.lm_tasks.x__answer_is__mutmut_14': (
+        'expected = jnp.take_along_axis(digits, jnp.clip(rank, None, width - 1), axis=1)',
+        'the clip of the rank: a rank below 0 is at a non-content position (ignored by ~content);'
+        ' a rank of 8 or more needs a content of 9 or more tokens, which matches only a target of'
+        ' 9 or more digits (count == n), and sums stay below 20,000 (digits <= 4): no compared '
+        'position changes; JAX gathers out of range do not raise'),
+    'jaxgrpo.lm_tasks.x__answer_is__mutmut_15': (
+        'expected = jnp.take_along_axis(digits, jnp.clip(rank, 0, None), axis=1)',
+        'the clip of the rank: a rank below 0 is at a non-content position (ignored by ~content);'
+        ' a rank of 8 or more needs a content of 9 or more tokens, which matches only a target of'
+        ' 9 or more digits (count == n), and sums stay below 20,000 (digits <= 4): no compared '
+        'position changes; JAX gathers out of range do not raise'),
+    'jaxgrpo.lm_tasks.x__answer_is__mutmut_18': (
+        'expected = jnp.take_along_axis(digits, jnp.clip(rank, 0, ), axis=1)',
+        'the clip of the rank: a rank below 0 is at a non-content position (ignored by ~content);'
+        ' a rank of 8 or more needs a content of 9 or more tokens, which matches only a target of'
+        ' 9 or more digits (count == n), and sums stay below 20,000 (digits <= 4): no compared '
+        'position changes; JAX gathers out of range do not raise'),
+    'jaxgrpo.lm_tasks.x__answer_is__mutmut_20': (
+        'expected = jnp.take_along_axis(digits, jnp.clip(rank, 0, width + 1), axis=1)',
+        'the clip of the rank: a rank below 0 is at a non-content position (ignored by ~content);'
+        ' a rank of 8 or more needs a content of 9 or more tokens, which matches only a target of'
+        ' 9 or more digits (count == n), and sums stay below 20,000 (digits <= 4): no compared '
+        'position changes; JAX gathers out of range do not raise'),
+    'jaxgrpo.lm_tasks.x__answer_is__mutmut_21': (
+        'expected = jnp.take_along_axis(digits, jnp.clip(rank, 0, width - 2), axis=1)',
+        'the clip of the rank: a rank below 0 is at a non-content position (ignored by ~content);'
+        ' a rank of 8 or more needs a content of 9 or more tokens, which matches only a target of'
+        ' 9 or more digits (count == n), and sums stay below 20,000 (digits <= 4): no compared '
+        'position changes; JAX gathers out of range do not raise'),
+    'jaxgrpo.lm_tasks.x_completion_mask__mutmut_26': (
+        'mask = (jnp.arange(length)[None, :] <= end_idx[:, None]).astype(None)',
+        "astype(None) is JAX's default float dtype, float32 (x64 off): the same mask"),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_107': (
+        'body = jnp.take_along_axis(digits, jnp.clip(j, 0, width - 1), )',
+        "the gather of the answer's digits: the jnp.where keeps it only at j < n_dig <= width, "
+        'where j already lies in 0..width-1 (axis -1 is axis 1 of these 2-D arrays; JAX gathers '
+        'out of range do not raise)'),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_109': (
+        'body = jnp.take_along_axis(digits, jnp.clip(j, None, width - 1), axis=1)',
+        "the gather of the answer's digits: the jnp.where keeps it only at j < n_dig <= width, "
+        'where j already lies in 0..width-1 (axis -1 is axis 1 of these 2-D arrays; JAX gathers '
+        'out of range do not raise)'),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_110': (
+        'body = jnp.take_along_axis(digits, jnp.clip(j, 0, None), axis=1)',
+        "the gather of the answer's digits: the jnp.where keeps it only at j < n_dig <= width, "
+        'where j already lies in 0..width-1 (axis -1 is axis 1 of these 2-D arrays; JAX gathers '
+        'out of range do not raise)'),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_113': (
+        'body = jnp.take_along_axis(digits, jnp.clip(j, 0, ), axis=1)',
+        "the gather of the answer's digits: the jnp.where keeps it only at j < n_dig <= width, "
+        'where j already lies in 0..width-1 (axis -1 is axis 1 of these 2-D arrays; JAX gathers '
+        'out of range do not raise)'),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_115': (
+        'body = jnp.take_along_axis(digits, jnp.clip(j, 0, width + 1), axis=1)',
+        "the gather of the answer's digits: the jnp.where keeps it only at j < n_dig <= width, "
+        'where j already lies in 0..width-1 (axis -1 is axis 1 of these 2-D arrays; JAX gathers '
+        'out of range do not raise)'),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_62': (
+        'answer = jnp.where(u <= cfg.corpus_accuracy, s,',
+        '< against <= for a continuous uniform draw: they differ only when it equals the float32 '
+        'threshold exactly (probability 2^-24 or less a draw)'),
+    'jaxgrpo.lm_tasks.x_corpus_completions__mutmut_69': (
+        'jnp.where(u <= cfg.corpus_accuracy + cfg.corpus_near, s + sign,',
+        '< against <= for a continuous uniform draw: they differ only when it equals the float32 '
+        'threshold exactly (probability 2^-24 or less a draw)'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_34': (
+        'body = jnp.where(j < la, jnp.take_along_axis(da, jnp.clip(j, 0, digits - 1), ),',
+        "take_along_axis's axis defaults to -1, the last of these 2-D arrays: axis=1"),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_36': (
+        'body = jnp.where(j < la, jnp.take_along_axis(da, jnp.clip(j, None, digits - 1), axis=1),',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_37': (
+        'body = jnp.where(j < la, jnp.take_along_axis(da, jnp.clip(j, 0, None), axis=1),',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_40': (
+        'body = jnp.where(j < la, jnp.take_along_axis(da, jnp.clip(j, 0, ), axis=1),',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_42': (
+        'body = jnp.where(j < la, jnp.take_along_axis(da, jnp.clip(j, 0, digits + 1), axis=1),',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_65': (
+        'db, jnp.clip(j - la - 1, 0, digits - 1), ), EQUALS)))',
+        "take_along_axis's axis defaults to -1, the last of these 2-D arrays: axis=1"),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_67': (
+        'db, jnp.clip(j - la - 1, None, digits - 1), axis=1), EQUALS)))',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_68': (
+        'db, jnp.clip(j - la - 1, 0, None), axis=1), EQUALS)))',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_71': (
+        'db, jnp.clip(j - la - 1, 0, ), axis=1), EQUALS)))',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_encode_prompts__mutmut_76': (
+        'db, jnp.clip(j - la - 1, 0, digits + 1), axis=1), EQUALS)))',
+        "the clip of a gather index: in the positions the jnp.where keeps (j < la for a's digits,"
+        " la < j <= la + lb for b's) the index already lies in 0..digits-1; elsewhere "
+        'jnp.take_along_axis returns a value (no error) that the where drops'),
+    'jaxgrpo.lm_tasks.x_sample_problems__mutmut_49': (
+        'return encode_prompts(ab[0], ab[2], digits)',
+        'ab has 2 rows and JAX clamps a static index out of range: ab[2] is ab[1], b'),
+    'jaxgrpo.lm_tasks.x_task_reward__mutmut_27': (
+        'width = 10  # sums stay below 10^9 (digits <= 4); a longer content never matches',
+        "width 10 instead of 9: the targets' digit arrays get one more PAD column that no rank "
+        'below count == n (at most 5 for sums below 20,000) reaches'),
+    'jaxgrpo.lm_tasks.x_task_reward__mutmut_45': (
+        'rewards = correct.astype(None)',
+        "astype(None) is JAX's default float dtype, float32 (x64 off): the same rewards"),
+    'jaxgrpo.lm_tasks.x_task_reward__mutmut_67': (
+        '| ((s >= 0) & _answer_is(completions, content, rank, count,',
+        's >= 0 instead of s > 0: at s = 0 the clamped target max(s - 1, 0) is 0 = s, which '
+        'matches only a right answer, whose reward is 1 either way'),
+    'jaxgrpo.sampling.x_categorical_icdf__mutmut_2': (
+        'logp = logp.astype(None)',
+        "None as a dtype is JAX's default float, float32 with x64 off: the same cast (bf16 -> "
+        'float32, float32 kept)'),
+    'jaxgrpo.sampling.x_categorical_icdf__mutmut_3': (
+        'logp = logp.astype(jnp.promote_types(None, jnp.float32))',
+        "None as a dtype is JAX's default float, float32 with x64 off: the same cast (bf16 -> "
+        'float32, float32 kept)'),
+    'jaxgrpo.sampling.x_categorical_icdf__mutmut_4': (
+        'logp = logp.astype(jnp.promote_types(logp.dtype, None))',
+        "None as a dtype is JAX's default float, float32 with x64 off: the same cast (bf16 -> "
+        'float32, float32 kept)'),
+    'jaxgrpo.sampling.x_icdf_from_cdf__mutmut_3': (
+        'threshold = u.astype(None)[..., None] * cdf[..., -1:]',
+        "u.astype(None) is float32 (x64 off), the CDF's dtype from categorical_icdf and the "
+        "counting trainer's float32 table: the same threshold"),
+    'jaxgrpo.sampling.x_icdf_from_cdf__mutmut_11': (
+        'return jnp.sum(cdf[..., :-1] <= threshold, axis=-1, )',
+        "sum of booleans without a dtype is JAX's default int, int32 (x64 off): the same "
+        'tokens'),
+    'jaxgrpo.sampling.x_icdf_from_cdf__mutmut_8': (
+        'return jnp.sum(cdf[..., :-1] <= threshold, axis=-1, dtype=None)',
+        "sum(dtype=None) of booleans is JAX's default int, int32 (x64 off): the same tokens"),
+    'torchref.lm_tasks.x__answer_is__mutmut_18': (
+        'expected = digits.gather(1, rank.clamp(0, width - 2))',
+        'the clamp of the rank to width - 2 = 7: a rank of 8 needs a 9-digit content, which '
+        'matches only a 9-digit target (count == n); sums stay below 20,000 (digits <= 4)'),
+    'torchref.lm_tasks.x_corpus_completions__mutmut_103': (
+        'body = digits.gather(1, j.clamp(None, width - 1).expand(n, length))',
+        'j.clamp(None, ...): j = arange(length) is never below 0'),
+    'torchref.lm_tasks.x_corpus_completions__mutmut_22': (
+        'sign = torch.where((torch.rand(n, generator=generator) <= 0.5) | (s == 0), 1, -1)',
+        '< against <= for a continuous uniform draw: they differ only when it equals the float32 '
+        'threshold exactly (probability 2^-24 or less a draw)'),
+    'torchref.lm_tasks.x_corpus_completions__mutmut_34': (
+        'random_answer = torch.randint(2 * (10**cfg.digits - 1) + 1, (n,), generator=generator)',
+        'torch.randint(high, size) is torch.randint(0, high, size): the same call, the same draws'),
+    'torchref.lm_tasks.x_corpus_completions__mutmut_54': (
+        'answer = torch.where(u <= cfg.corpus_accuracy, s,',
+        '< against <= for a continuous uniform draw: they differ only when it equals the float32 '
+        'threshold exactly (probability 2^-24 or less a draw)'),
+    'torchref.lm_tasks.x_corpus_completions__mutmut_61': (
+        'torch.where(u <= cfg.corpus_accuracy + cfg.corpus_near, s + sign,',
+        '< against <= for a continuous uniform draw: they differ only when it equals the float32 '
+        'threshold exactly (probability 2^-24 or less a draw)'),
+    'torchref.lm_tasks.x_corpus_completions__mutmut_80': (
+        'k = torch.minimum(torch.randint(cfg.max_scratch + 1, (n,), generator=generator),',
+        'torch.randint(high, size) is torch.randint(0, high, size): the same call, the same draws'),
+    'torchref.lm_tasks.x_sample_problems__mutmut_31': (
+        'u = torch.rand((2, n), generator=generator, dtype=None)',
+        'the uniform in float32 instead of float64: u * (10^k - low) floored over at most 9,000 '
+        'values (digits <= 4) with a 2^-24 grid instead of 2^-53, the same distribution to 1e-3 '
+        'relative per value (other draws for a seed)'),
+    'torchref.lm_tasks.x_sample_problems__mutmut_34': (
+        'u = torch.rand((2, n), generator=generator, )',
+        'the uniform in float32 instead of float64: u * (10^k - low) floored over at most 9,000 '
+        'values (digits <= 4) with a 2^-24 grid instead of 2^-53, the same distribution to 1e-3 '
+        'relative per value (other draws for a seed)'),
+    'torchref.lm_tasks.x_task_reward__mutmut_21': (
+        'width = 10  # sums stay below 10^9 (digits <= 4); a longer content never matches',
+        "width 10 instead of 9: the targets' digit arrays get one more PAD column that no rank "
+        'below count == n (at most 5 for sums below 20,000) reaches'),
+    'torchref.lm_tasks.x_task_reward__mutmut_60': (
+        '| ((s >= 0) & _answer_is(completions, content, rank, count,',
+        's >= 0 instead of s > 0: at s = 0 the clamped target max(s - 1, 0) is 0 = s, which '
+        'matches only a right answer, whose reward is 1 either way'),
+    'torchref.sampling.x_categorical_icdf__mutmut_19': (
+        'threshold = u.to(None)[..., None] * cdf[..., -1:]',
+        'u.to(None) leaves u as it is; the callers draw u with torch.rand (float32) for float32 '
+        "logits, so u already has the CDF's dtype: the same threshold"),
 }
 
 KILLED, SURVIVED, NO_TESTS = ledger.KILLED, ledger.SURVIVED, ledger.NO_TESTS

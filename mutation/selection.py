@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-#: The LM lab's tests train transformers for seconds to minutes; they are not the tests of
-#: the shared math (which has its own), so its mutants are judged without them.
+#: The LM lab's tests (its trainers train transformers for seconds to minutes) are not the
+#: tests of the shared math (which has its own), so its mutants are judged without them.
 _LM_TESTS = ("parity_tests/test_lm_trainer.py", "parity_tests/test_lm_model.py",
              "parity_tests/test_lm_sampling.py", "parity_tests/test_lm_tasks.py",
              "parity_tests/test_cli.py::test_lm", "parity_tests/test_cli.py::test_bad_lm")
@@ -39,6 +39,10 @@ MUTATION_SKIPS = {
         "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py",
         *_LM_TESTS),
     ("scaleup.",): ("parity_tests/",),
+    # the LM lab's tasks (prompts, corpus, checker) and its inverse-CDF sampler: judged by
+    # their own tests and the counting trainer's (which samples with the same draw)
+    ("jaxgrpo.lm_tasks", "torchref.lm_tasks", "jaxgrpo.sampling", "torchref.sampling"): (
+        "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py"),
 }
 
 

@@ -85,6 +85,42 @@ def test_inverse_cdf_is_the_searchsorted_of_the_cdf(logits, us):
     assert np.all(p[got_jax] > 0)
 
 
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_inverse_cdf_is_shift_invariant_row_by_row_and_batched(framework):
+    """``softmax(z + c) = softmax(z)``: each row's logits moved by its own constant
+    (+-1000 and +-500; quarters, so exact in float32) draw the same tokens as unmoved
+    (nothing overflows, no row is scaled by another's maximum), and a (2, 3, V) batch
+    draws what its rows draw one by one."""
+    rng = np.random.default_rng(0)
+    v = 7
+    logits = rng.integers(-16, 17, (6, v)).astype(np.float32) / 4
+    u = rng.uniform(0, 1, 6).astype(np.float32)
+    moved = logits + np.array([0, 1000, -1000, 0, 500, -500], np.float32)[:, None]
+    if framework == "jax":
+        def icdf(uu, z):
+            return np.asarray(jax_icdf(jnp.asarray(uu), jnp.asarray(z)))
+    else:
+        def icdf(uu, z):
+            return torch_icdf(torch.from_numpy(uu), torch.from_numpy(z)).numpy()
+    want = np.array([icdf(u[i:i + 1], logits[i:i + 1])[0] for i in range(6)])
+    assert len(set(want)) > 2  # the rows draw different tokens
+    np.testing.assert_array_equal(icdf(u, logits), want)
+    np.testing.assert_array_equal(icdf(u, moved), want)
+    np.testing.assert_array_equal(icdf(u.reshape(2, 3), moved.reshape(2, 3, v)),
+                                  want.reshape(2, 3))
+
+
+def test_torch_inverse_cdf_computes_in_float32():
+    """bfloat16 logits are drawn from in float32 (a bf16 CDF over 300 tokens would round
+    every partial sum to 8 bits): the tokens of the same logits cast to float32."""
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(2000, 300, generator=g).bfloat16()
+    u = torch.rand(2000, generator=g)
+    np.testing.assert_array_equal(torch_icdf(u, logp).numpy(),
+                                  torch_icdf(u, logp.float()).numpy())
+
+
 N_DRAWS = 8192
 
 

@@ -41,7 +41,7 @@ def _rewards(task, a, b, completions, digits=2):
 
 
 def test_rules_by_hand():
-    a, b = [3, 3, 3, 3, 3, 3, 3, 0, 45], [4, 4, 4, 4, 4, 4, 4, 0, 56]
+    a, b = [3, 3, 3, 3, 3, 3, 3, 0, 45, 0, 1], [4, 4, 4, 4, 4, 4, 4, 0, 56, 1, 0]
     texts = [
         "7#______",  # right, shortest: length 2
         "..7.#___",  # scratch anywhere is free: right, length 5
@@ -52,14 +52,17 @@ def test_rules_by_hand():
         "7+#_____",  # an operator inside the answer: wrong
         "1#7#____",  # 0 + 0: the first end token closes the answer "1": near
         "101#____",  # 45 + 56 = 101: right, length 4
+        "0#______",  # 0 + 1: one below the sum (near: 0.5)
+        "2#______",  # 1 + 0: one above the sum (near: 0.5)
     ]
     completions = [encode(t) for t in texts]
-    want_arith = [1, 1, 0, 0, 0, 0, 0, 0, 1]
-    want_near = [1, 1, 0.5, 0, 0, 0, 0, 0.5, 1]
-    lengths = [2, 5, 2, 3, 8, 1, 3, 2, 4]
+    want_arith = [1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0]
+    want_near = [1, 1, 0.5, 0, 0, 0, 0, 0.5, 1, 0.5, 0.5]
+    lengths = [2, 5, 2, 3, 8, 1, 3, 2, 4, 2, 2]
     for task, want in (("arithmetic", want_arith), ("near", want_near)):
         for rewards, mask, correct, lens in _rewards(task, a, b, completions):
             np.testing.assert_array_equal(rewards, want)
+            assert rewards.dtype == np.float32
             np.testing.assert_array_equal(correct, np.asarray(want_arith) == 1)
             np.testing.assert_array_equal(lens, lengths)
             np.testing.assert_array_equal(mask.sum(1), lengths)
@@ -161,3 +164,141 @@ def test_corpus_has_the_configured_share_of_right_and_near_answers(task):
         scratch = np.array([list(d).index(END) - len(str(x)) for d, x in
                             zip(demos, numbers, strict=True)])
         assert set(scratch) == {0, 1, 2, 3}
+
+
+def _corpus(framework: str, cfg: LMConfig, n: int, seed: int = 1):
+    """``(a, b, demos)`` as NumPy: ``n`` problems and their corpus demonstrations."""
+    if framework == "jax":
+        problems = jt.sample_problems(jax.random.key(seed), n, cfg.digits)
+        demos = jt.corpus_completions(jax.random.key(seed + 1), problems, cfg)
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        problems = tt.sample_problems(n, cfg.digits, gen)
+        demos = tt.corpus_completions(problems, cfg, gen)
+    return np.asarray(problems.a), np.asarray(problems.b), np.asarray(demos)
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_number_tokens_are_the_decimal_digits(framework):
+    """``number_tokens`` against ``str``: every digit, the count, PAD after the number (the
+    callers never read it, so it is pinned here), up to 9-digit numbers, whose digits a
+    float division would round."""
+    xs = [0, 7, 10, 99, 100, 1234, 19998, 123456789, 987654321, 999999999]
+    mod, arr = (jt, jnp.asarray) if framework == "jax" else (tt, torch.as_tensor)
+    digits, n = (np.asarray(t) for t in mod.number_tokens(arr(np.asarray(xs)), 9))
+    want = [[int(c) for c in str(x)] + [14] * (9 - len(str(x))) for x in xs]
+    np.testing.assert_array_equal(digits, want)
+    np.testing.assert_array_equal(n, [len(str(x)) for x in xs])
+    assert digits.dtype == (np.int32 if framework == "jax" else np.int64)
+
+
+def test_prompt_arrays_are_integers():
+    problems = jt.encode_prompts(jnp.array([3, 45]), jnp.array([4, 6]), 2)
+    assert problems.tokens.dtype == jnp.int32 and problems.mask.dtype == jnp.int32
+    problems = tt.encode_prompts(torch.tensor([3, 45]), torch.tensor([4, 6]), 2)
+    assert problems.tokens.dtype == torch.int64 and problems.mask.dtype == torch.int64
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_problems_draw_digit_counts_then_values_independently_and_reproducibly(framework):
+    """digits=3: each operand's digit count is uniform in {1, 2, 3} and its value lies in
+    that count's range (0..9, 10..99, 100..999); a and b are independent draws (equal
+    about 1.2% of the time, not always); the same seed gives the same problems."""
+    n = 30_000
+
+    def draw():
+        if framework == "jax":
+            p = jt.sample_problems(jax.random.key(7), n, 3)
+        else:
+            p = tt.sample_problems(n, 3, torch.Generator().manual_seed(7))
+        return np.asarray(p.a), np.asarray(p.b), np.asarray(p.tokens)
+
+    a, b, tokens = draw()
+    for x in (a, b):
+        count = np.array([len(str(v)) for v in x])
+        for k in (1, 2, 3):
+            assert abs(np.mean(count == k) - 1 / 3) < 4 * np.sqrt(2 / 9 / n)
+        assert x.min() == 0 and x.max() == 999
+        assert (x[count == 3] >= 100).all() and (x[count == 2] >= 10).all()
+        assert len(np.unique(x[count == 3])) == 900
+    assert np.mean(a == b) < 0.03  # independent: 1/9 * (1/10 + 1/90 + 1/900) = 0.0124
+    again = draw()
+    for x, y in zip((a, b, tokens), again, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_corpus_near_answers_go_either_way_and_never_below_zero(framework):
+    """base_near=1: every answer is a + b +- 1, each sign half of the time, and +1 when the
+    sum is 0 (no negative answer); after the end token, padding."""
+    cfg = LMConfig(digits=1, base_accuracy=0.0, base_near=1.0)
+    n = 20_000
+    a, b, demos = _corpus(framework, cfg, n)
+    parsed = [parse_completion(decode(d)) for d in demos]
+    numbers, s = np.array([p[0] for p in parsed]), a + b
+    assert all(p[2] for p in parsed)
+    diff = numbers - s
+    assert set(diff) == {-1, 1}
+    assert (diff[s == 0] == 1).all() and (s == 0).sum() > 50
+    up = np.mean(diff[s > 0] == 1)
+    assert abs(up - 0.5) < 4 * np.sqrt(0.25 / (s > 0).sum()), up
+    ends = np.argmax(demos == END, axis=1)
+    after = np.arange(demos.shape[1])[None, :] > ends[:, None]
+    assert (demos[after] == 14).all() and after.any()  # PAD
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+@pytest.mark.parametrize("digits", [1, 2])
+def test_corpus_random_answers_are_uniform_on_their_range(framework, digits):
+    """base_accuracy = base_near = 0: every answer uniform on [0, 2 (10^digits - 1)], the
+    range of the sums (every value drawn; chi-square at P = 1e-4)."""
+    cfg = LMConfig(digits=digits, base_accuracy=0.0, base_near=0.0)
+    top = 2 * (10**digits - 1)
+    n = 100 * (top + 1)
+    _, _, demos = _corpus(framework, cfg, n)
+    numbers = np.array([parse_completion(decode(d))[0] for d in demos])
+    assert numbers.min() == 0 and numbers.max() == top
+    counts = np.bincount(numbers, minlength=top + 1)
+    df = top
+    chi2 = ((counts - 100) ** 2 / 100).sum()
+    assert chi2 < df * (1 - 2 / (9 * df) + 3.719 * np.sqrt(2 / (9 * df))) ** 3, chi2
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_corpus_scratch_is_cut_to_fit_the_completion(framework):
+    """max_scratch 10 > completion_length 8: a demonstration takes min(k, L - digits - 1)
+    scratch tokens, so every one still ends, and the longest fill all L tokens."""
+    cfg = LMConfig(digits=1, completion_length=8, max_scratch=10)
+    _, _, demos = _corpus(framework, cfg, 4000)
+    parsed = [parse_completion(decode(d)) for d in demos]
+    assert all(p[2] for p in parsed)
+    for (number, length, _), d in zip(parsed, demos, strict=True):
+        assert length <= 8 and list(d[len(str(number)):length - 1]) == [13] * (
+            length - 1 - len(str(number)))
+    lengths = np.array([p[1] for p in parsed])
+    width = np.array([len(str(p[0])) for p in parsed])
+    for w in (1, 2):  # all 8 tokens when k >= 8 - w - 1, k ~ U{0..10}
+        full = np.mean(lengths[width == w] == 8)
+        want = (10 + 1 - (8 - w - 1)) / 11
+        assert abs(full - want) < 4 * np.sqrt(want * (1 - want) / (width == w).sum()), (w, full)
+
+
+def test_corpus_is_reproducible_from_its_seed():
+    cfg = LMConfig(digits=2)
+    for framework in ("jax", "torch"):
+        first, second = _corpus(framework, cfg, 500), _corpus(framework, cfg, 500)
+        for x, y in zip(first, second, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_long_completions_are_judged_not_indexed_out_of_range():
+    """L = 12: contents of 10 and 11 digits (longer than any sum) are wrong, not an error;
+    the right answer after 10 scratch tokens is right."""
+    a, b = [3, 3, 3], [4, 4, 4]
+    texts = ["12345678901#", "1234567890#_", "..........7#"]
+    completions = [encode(t) for t in texts]
+    for rewards, _, correct, lengths in _rewards("arithmetic", a, b, completions, digits=1):
+        np.testing.assert_array_equal(rewards, [0, 0, 1])
+        np.testing.assert_array_equal(correct, [False, False, True])
+        np.testing.assert_array_equal(lengths, [12, 11, 12])
+        assert rewards.dtype == np.float32
