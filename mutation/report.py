@@ -1013,6 +1013,105 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'threshold = u.to(None)[..., None] * cdf[..., -1:]',
         'u.to(None) leaves u as it is; the callers draw u with torch.rand (float32) for float32 '
         "logits, so u already has the CDF's dtype: the same threshold"),
+    'jaxgrpo.qwen2.x__hf_named_params__mutmut_14': (
+        'named[p + "input_layernorm.weight"] = (layer.input_layernorm.scale, True)',
+        'a norm scale or a bias is 1-D, and the transpose of a 1-D array is itself'),
+    'jaxgrpo.qwen2.x__hf_named_params__mutmut_19': (
+        'True)',
+        'a norm scale or a bias is 1-D, and the transpose of a 1-D array is itself'),
+    'jaxgrpo.qwen2.x__hf_named_params__mutmut_39': (
+        'named[p + f"self_attn.{proj}.bias"] = (lin.bias, True)',
+        'a norm scale or a bias is 1-D, and the transpose of a 1-D array is itself'),
+    'jaxgrpo.qwen2.x__hf_named_params__mutmut_61': (
+        'named["value_head.bias"] = (model.value_head.bias, True)',
+        'a norm scale or a bias is 1-D, and the transpose of a 1-D array is itself'),
+    'jaxgrpo.qwen2.x__hf_named_params__mutmut_7': (
+        '"model.norm.weight": (model.norm.scale, True)}',
+        'a norm scale or a bias is 1-D, and the transpose of a 1-D array is itself'),
+    'jaxgrpo.qwen2.x__linear__mutmut_11': (
+        'rngs=rngs)',
+        "nnx.Linear's default bias_init is zeros: the same initial biases"),
+    'jaxgrpo.qwen2.x__to_numpy__mutmut_12': (
+        "return np.array(value, copy=True)  # never alias torch's memory",
+        'no dtype: a torch tensor arrives as float32 (.float()); any other array is cast to the '
+        "parameter's float32 by jnp.asarray with the same rounding"),
+    'jaxgrpo.qwen2.x__to_numpy__mutmut_13': (
+        "return np.array(value, dtype=np.float32, )  # never alias torch's memory",
+        'np.array copies by default (copy=True)'),
+    'jaxgrpo.qwen2.x__to_numpy__mutmut_9': (
+        "return np.array(value, dtype=None, copy=True)  # never alias torch's memory",
+        'no dtype: a torch tensor arrives as float32 (.float()); any other array is cast to the '
+        "parameter's float32 by jnp.asarray with the same rounding"),
+    'jaxgrpo.qwen2.x_load_hf_state_dict__mutmut_40': (
+        'param[...] = jnp.asarray(value, None)',
+        "jnp.asarray(value, None) of _to_numpy's float32 array: float32, the parameters' dtype"),
+    'jaxgrpo.qwen2.x_load_hf_state_dict__mutmut_42': (
+        'param[...] = jnp.asarray(value, )',
+        "jnp.asarray(value) of _to_numpy's float32 array: float32, the parameters' dtype"),
+    'jaxgrpo.qwen2.x_positions_from_mask__mutmut_12': (
+        'return jnp.maximum(jnp.cumsum(mask != 0, axis=+1) - 1, 0)',
+        'cumsum over axis +1 of the (B, T) mask is axis -1: the same positions'),
+    'jaxgrpo.qwen2.x_rope_cos_sin__mutmut_13': (
+        'inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, ) / head_dim))',
+        'arange without a dtype (int32) divided by head_dim: the same float32 exponents'),
+    'jaxgrpo.qwen2.x_rope_cos_sin__mutmut_18': (
+        'angles = positions.astype(None)[..., None] * inv_freq',
+        "astype(None) is JAX's default float, float32 (x64 off): the same angles"),
+    'jaxgrpo.qwen2.x_rope_cos_sin__mutmut_9': (
+        'inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=None) / head_dim))',
+        'arange(dtype=None) of 0, 2, .. divided by head_dim: the same float32 exponents'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_107': (
+        'scores = jnp.where(visible[:, None, None], scores, jnp.finfo(None).min)',
+        "finfo(None) is float64's: its min becomes -inf in the float32 scores, exp 0 as float32's"
+        ' min gives; a query always sees its own slot, so no row is all masked'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_109': (
+        'weights = jax.nn.softmax(scores, axis=-1).astype(None)',
+        "astype(None) of the float32 weights is float32, v's dtype (x64 off)"),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_113': (
+        'weights = jax.nn.softmax(scores, ).astype(v.dtype)',
+        "jax.nn.softmax's axis defaults to -1"),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_128': (
+        'out = jnp.einsum("BKGTS,BSKD->BTKGD", weights, v).reshape(b * t, self.num_heads * d)',
+        'einsum subscripts in capitals: the same contraction'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_54': (
+        'k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (1, index, 0, 0))',
+        'dynamic_update_slice clamps a start index so that the update fits: along the batch, head'
+        ' and feature axes the update spans the whole cache, so 1 becomes 0'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_55': (
+        'k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, index, 1, 0))',
+        'dynamic_update_slice clamps a start index so that the update fits: along the batch, head'
+        ' and feature axes the update spans the whole cache, so 1 becomes 0'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_56': (
+        'k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, index, 0, 1))',
+        'dynamic_update_slice clamps a start index so that the update fits: along the batch, head'
+        ' and feature axes the update spans the whole cache, so 1 becomes 0'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_65': (
+        'v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (1, index, 0, 0))',
+        'dynamic_update_slice clamps a start index so that the update fits: along the batch, head'
+        ' and feature axes the update spans the whole cache, so 1 becomes 0'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_66': (
+        'v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, index, 1, 0))',
+        'dynamic_update_slice clamps a start index so that the update fits: along the batch, head'
+        ' and feature axes the update spans the whole cache, so 1 becomes 0'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_67': (
+        'v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, index, 0, 1))',
+        'dynamic_update_slice clamps a start index so that the update fits: along the batch, head'
+        ' and feature axes the update spans the whole cache, so 1 becomes 0'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_88': (
+        'scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(None) * d**-0.5',
+        'astype(None) of the float32 scores is float32 (x64 off)'),
+    'jaxgrpo.qwen2.xǁAttentionǁ__call____mutmut_96': (
+        'scores = jnp.einsum("BTKGD,BSKD->BKGTS", q, k).astype(jnp.float32) * d**-0.5',
+        'einsum subscripts in capitals: the same contraction'),
+    'jaxgrpo.qwen2.xǁQwen2ǁ__call____mutmut_4': (
+        'attention_mask = jnp.ones(tokens.shape, None)',
+        'a float32 mask of ones instead of int32: key_valid is only compared with != 0'),
+    'jaxgrpo.qwen2.xǁQwen2ǁ__call____mutmut_6': (
+        'attention_mask = jnp.ones(tokens.shape, )',
+        'a float32 mask of ones instead of int32: key_valid is only compared with != 0'),
+    'jaxgrpo.qwen2.xǁQwen2ǁvalues__mutmut_7': (
+        'return self.value_head(hidden)[..., 1]',
+        'the value head has one output and JAX clamps the index 1 to it: [..., 0]'),
 }
 
 KILLED, SURVIVED, NO_TESTS = ledger.KILLED, ledger.SURVIVED, ledger.NO_TESTS

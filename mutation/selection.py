@@ -39,9 +39,11 @@ MUTATION_SKIPS = {
         "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py",
         *_LM_TESTS),
     ("scaleup.",): ("parity_tests/",),
-    # the LM lab's tasks (prompts, corpus, checker) and its inverse-CDF sampler: judged by
-    # their own tests and the counting trainer's (which samples with the same draw)
-    ("jaxgrpo.lm_tasks", "torchref.lm_tasks", "jaxgrpo.sampling", "torchref.sampling"): (
+    # the LM lab's tasks (prompts, corpus, checker), its inverse-CDF sampler and its
+    # decoder: judged by their own tests and the counting trainer's (which samples with
+    # the same draw)
+    ("jaxgrpo.lm_tasks", "torchref.lm_tasks", "jaxgrpo.sampling", "torchref.sampling",
+     "jaxgrpo.qwen2"): (
         "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py"),
 }
 

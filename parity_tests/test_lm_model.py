@@ -142,8 +142,23 @@ def test_bad_weights_get_clear_errors(hf_model, jax_model):
     bad = dict(state, **{"model.layers.0.self_attn.q_proj.weight": torch.zeros(3, 3)})
     with pytest.raises(ValueError, match=r"q_proj.weight'\] must have shape \(64, 64\)"):
         load_hf_state_dict(jax_model, bad)
+    # shapes in torch's (out, in) order, on a matrix that is not square
+    bad = dict(state, **{"model.layers.0.mlp.up_proj.weight": torch.zeros(3, 5)})
+    with pytest.raises(ValueError, match=r"up_proj.weight'\] must have shape \(128, 64\), "
+                                         r"got \(3, 5\)$"):
+        load_hf_state_dict(jax_model, bad)
+    # and on one stored as is (not transposed)
+    bad = dict(state, **{"model.embed_tokens.weight": torch.zeros(3, 5)})
+    vocab = hf_model.config.vocab_size
+    with pytest.raises(ValueError, match=rf"embed_tokens.weight'\] must have shape \({vocab}, "
+                                         r"64\), got \(3, 5\)$"):
+        load_hf_state_dict(jax_model, bad)
+    with pytest.raises(ValueError, match=r"missing \[\], unexpected \['model.extra'\]"):
+        load_hf_state_dict(jax_model, dict(state, **{"model.extra": torch.zeros(1)}))
     untied = dict(state, **{"lm_head.weight": state["lm_head.weight"] + 1})
-    with pytest.raises(ValueError, match="must equal the embedding"):
+    with pytest.raises(ValueError, match=r"^state_dict\['lm_head.weight'\] must equal the "
+                                         r"embedding: this Qwen2's head is tied "
+                                         r"\(tie_word_embeddings=True\)$"):
         load_hf_state_dict(jax_model, untied)
     config = hf_model.config.__class__(**{**hf_model.config.to_dict(),
                                           "tie_word_embeddings": False})
@@ -151,3 +166,132 @@ def test_bad_weights_get_clear_errors(hf_model, jax_model):
         ModelSizes.from_hf_config(config)
     with pytest.raises(ValueError, match="num_heads .6. must be a multiple of num_kv_heads"):
         ModelSizes(hidden_size=48, num_heads=6, num_kv_heads=4)
+
+
+def test_positions_count_real_tokens_from_zero():
+    mask = jnp.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]])
+    np.testing.assert_array_equal(positions_from_mask(mask),
+                                  [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 0, 0, 0, 0]])
+
+
+def test_logits_equal_transformers_with_other_norm_epsilon_and_rope_base():
+    """A decoder whose RMSNorm epsilon (0.05) and rotary base (100) are far from the
+    defaults, built from ``ModelSizes.hf_config_kwargs`` on both sides: the NNX layers take
+    both from the sizes, as transformers does from its config."""
+    sizes = ModelSizes(hidden_size=32, intermediate_size=48, num_heads=4, num_kv_heads=2,
+                       rms_norm_eps=0.05, rope_theta=100.0)
+    torch.manual_seed(0)
+    hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**sizes.hf_config_kwargs()))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(0.5 + torch.rand(p.shape, generator=gen) if "norm" in name
+                    else 0.15 * torch.randn(p.shape, generator=gen))
+    hf.eval()
+    model = load_hf_state_dict(Qwen2(sizes, rngs=nnx.Rngs(0)), hf.state_dict())
+    tokens, mask, positions = _batch(sizes.vocab_size, seed=5)
+    ref = _hf_logits(hf, tokens, mask, positions)
+    out = np.asarray(model(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask)))
+    real = mask.astype(bool)
+    np.testing.assert_allclose(out[real], ref[real], rtol=0, atol=1e-5)
+    # the epsilon matters at these sizes: with transformers' default the logits move
+    default = load_hf_state_dict(Qwen2(ModelSizes(hidden_size=32, intermediate_size=48,
+                                                  num_heads=4, num_kv_heads=2,
+                                                  rope_theta=100.0), rngs=nnx.Rngs(0)),
+                                 hf.state_dict())
+    moved = np.asarray(default(jnp.asarray(tokens), jnp.asarray(positions),
+                               jnp.asarray(mask)))
+    assert np.abs(moved[real] - ref[real]).max() > 1e-3
+
+
+def test_parameters_are_exactly_transformers(hf_model, jax_model):
+    """The same parameters as ``Qwen2ForCausalLM`` (the tied head once): no bias where
+    Qwen2 has none (o_proj, the MLP), nothing left at its initial value by the loader."""
+    ours = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(jax_model, nnx.Param)))
+    assert ours == sum(p.numel() for p in hf_model.parameters())
+    layer = jax_model.layers[0]
+    assert layer.self_attn.o_proj.bias is None
+    assert all(getattr(layer.mlp, n).bias is None for n in ("gate_proj", "up_proj",
+                                                            "down_proj"))
+
+
+def test_initialisation_is_transformers():
+    """Kernels and the embedding N(0, init_std^2), q/k/v biases 0, norm scales 1, and a
+    value head that predicts 0 until trained (PPO's zero-initialised critic)."""
+    sizes = ModelSizes(hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2,
+                       init_std=0.05)
+    model = Qwen2(sizes, value_head=True, rngs=nnx.Rngs(3))
+    layer = model.layers[0]
+    drawn = [model.embed_tokens.embedding, layer.self_attn.q_proj.kernel,
+             layer.self_attn.k_proj.kernel, layer.mlp.down_proj.kernel]
+    for p in drawn:
+        x = np.asarray(p[...])
+        assert abs(x.mean()) < 0.01 and abs(x.std() / 0.05 - 1) < 0.15, (p.shape, x.std())
+    for p in (layer.self_attn.q_proj.bias, layer.self_attn.v_proj.bias,
+              model.value_head.kernel, model.value_head.bias):
+        assert not np.asarray(p[...]).any()
+    for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.norm):
+        np.testing.assert_array_equal(norm.scale[...], 1.0)
+    hidden, cache = model.forward(jnp.zeros((2, 3), jnp.int32), jnp.zeros((2, 3), jnp.int32),
+                                  jnp.ones((2, 3)))
+    assert cache is None  # no cache in, none out
+    np.testing.assert_array_equal(model.values(hidden), np.zeros((2, 3)))
+
+
+def test_value_head_reads_the_final_hidden_state_and_round_trips():
+    """``values`` = the head's kernel and bias on each position's final hidden state; its
+    weights leave and come back as a torch ``nn.Linear(hidden, 1)`` stores them."""
+    sizes = ModelSizes()
+    model = Qwen2(sizes, value_head=True, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    model.value_head.kernel[...] = jnp.asarray(rng.normal(size=(32, 1)), jnp.float32)
+    model.value_head.bias[...] = jnp.asarray([0.25], jnp.float32)
+    hidden = jnp.asarray(rng.normal(size=(2, 3, 32)), jnp.float32)
+    want = np.asarray(hidden) @ np.asarray(model.value_head.kernel[...])[:, 0] + 0.25
+    np.testing.assert_allclose(model.values(hidden), want, rtol=1e-5)
+    state = hf_state_dict(model)
+    assert state["value_head.weight"].shape == (1, 32) and state["value_head.bias"].shape == (1,)
+    again = load_hf_state_dict(Qwen2(sizes, value_head=True, rngs=nnx.Rngs(1)), state)
+    np.testing.assert_array_equal(again.values(hidden), model.values(hidden))
+    with pytest.raises(ValueError, match=r"^this Qwen2 has no value head \(value_head=False\)$"):
+        Qwen2(sizes, rngs=nnx.Rngs(0)).values(hidden)
+
+
+def test_a_bfloat16_cache_holds_the_decode():
+    """``init_cache(dtype=bfloat16)`` makes bf16 keys and values, and the cached decode
+    writes into it (cast), within bf16 rounding of the float32 cache's logits."""
+    model = Qwen2(ModelSizes(init_std=0.3), rngs=nnx.Rngs(0))
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 15, (2, 6)))
+    mask = jnp.ones((2, 6), jnp.int32)
+    positions = positions_from_mask(mask)
+    out = {}
+    for dtype in (jnp.float32, jnp.bfloat16):
+        cache = model.init_cache(2, 6, dtype)
+        assert all(c.k.dtype == dtype and c.v.dtype == dtype for c in cache)
+        hidden, cache = model.forward(tokens[:, :4], positions[:, :4], mask, cache, 0)
+        hidden, cache = model.forward(tokens[:, 4:], positions[:, 4:], mask, cache, 4)
+        assert all(c.k.dtype == dtype and c.v.dtype == dtype for c in cache)
+        out[dtype] = np.asarray(model.logits(hidden))
+    np.testing.assert_allclose(out[jnp.bfloat16], out[jnp.float32], atol=0.05)
+    assert np.abs(out[jnp.float32]).max() > 0.5
+
+
+def test_loading_copies_and_reads_any_torch_float(hf_model):
+    """The loader copies (a later in-place change of the torch tensors changes nothing in
+    the NNX model), reads bfloat16 tensors and tensors that require a gradient, and needs
+    no ``lm_head.weight`` (the head is the embedding)."""
+    state = {k: v.clone() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+    sizes = ModelSizes.from_hf_config(hf_model.config)
+    model = load_hf_state_dict(Qwen2(sizes, rngs=nnx.Rngs(0)), state)
+    tokens = jnp.asarray(np.random.default_rng(3).integers(0, sizes.vocab_size, (2, 5)))
+    before = np.asarray(model(tokens))
+    with torch.no_grad():
+        for v in state.values():
+            v.add_(1.0)
+    np.testing.assert_array_equal(np.asarray(model(tokens)), before)
+    odd = {k: (v.bfloat16() if "mlp" in k else v.clone().requires_grad_(True))
+           for k, v in hf_model.state_dict().items()}
+    loaded = load_hf_state_dict(Qwen2(sizes, rngs=nnx.Rngs(0)), odd)
+    w = "model.layers.0.mlp.up_proj.weight"
+    np.testing.assert_array_equal(np.asarray(loaded.layers[0].mlp.up_proj.kernel[...]),
+                                  odd[w].float().numpy().T)
