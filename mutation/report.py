@@ -1112,6 +1112,17 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     'jaxgrpo.qwen2.xǁQwen2ǁvalues__mutmut_7': (
         'return self.value_head(hidden)[..., 1]',
         'the value head has one output and JAX clamps the index 1 to it: [..., 0]'),
+    'grpospec.lm.x_encode__mutmut_8': (
+        'return [TOKEN_TEXT.rindex(c) for c in text]',
+        'rindex for index: every character of TOKEN_TEXT occurs once, so the same id'),
+    'grpospec.lm.xǁModelSizesǁfrom_hf_config__mutmut_20': (
+        'if getattr(config, "use_sliding_window", None):',
+        "getattr's default None for False: a missing use_sliding_window is falsy either way, and "
+        'accepted'),
+    'grpospec.lm.xǁModelSizesǁfrom_hf_config__mutmut_4': (
+        'if not getattr(config, "tie_word_embeddings", None):',
+        "getattr's default None for False: a missing tie_word_embeddings is falsy either way, and"
+        ' refused'),
 }
 
 KILLED, SURVIVED, NO_TESTS = ledger.KILLED, ledger.SURVIVED, ledger.NO_TESTS

@@ -39,11 +39,12 @@ MUTATION_SKIPS = {
         "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py",
         *_LM_TESTS),
     ("scaleup.",): ("parity_tests/",),
-    # the LM lab's tasks (prompts, corpus, checker), its inverse-CDF sampler and its
-    # decoder: judged by their own tests and the counting trainer's (which samples with
-    # the same draw)
+    # the LM lab's rules (grpospec.lm: vocabulary, checker, sizes, configuration), its
+    # tasks on arrays (prompts, corpus, checker), its inverse-CDF sampler and its decoder:
+    # judged by their own tests and the counting trainer's (which samples with the same
+    # draw)
     ("jaxgrpo.lm_tasks", "torchref.lm_tasks", "jaxgrpo.sampling", "torchref.sampling",
-     "jaxgrpo.qwen2"): (
+     "jaxgrpo.qwen2", "grpospec.lm"): (
         "scaleup/tests/", "parity_tests/test_sharding.py", "parity_tests/test_spec_mutants.py"),
 }
 
