@@ -23,21 +23,25 @@ from jaxgrpo.qwen2 import Qwen2, hf_state_dict, load_hf_state_dict, positions_fr
 transformers = pytest.importorskip("transformers")
 
 
+def _redraw(model, seed: int):
+    """Every weight of a transformers model redrawn (in place), so that biases are nonzero
+    and norms are not 1: norm scales U(0.5, 1.5), the rest N(0, 0.15^2)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(0.5 + torch.rand(p.shape, generator=gen) if "norm" in name
+                    else 0.15 * torch.randn(p.shape, generator=gen))
+    return model
+
+
 @pytest.fixture(scope="module")
 def hf_model():
-    """The scale-up's tiny random Qwen2 (GQA: 4 query heads, 2 key/value heads), with
-    every weight redrawn so that biases are nonzero and norms are not 1."""
+    """The scale-up's tiny random Qwen2 (GQA: 4 query heads, 2 key/value heads), every
+    weight redrawn (``_redraw``)."""
     from scaleup.tiny import tiny_qwen2
 
     torch.set_num_threads(1)
-    model = tiny_qwen2(seed=3)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=gen))
+    model = _redraw(tiny_qwen2(seed=3), seed=0)
     assert model.config.num_key_value_heads < model.config.num_attention_heads
     assert float(model.model.layers[0].self_attn.k_proj.bias.detach().abs().min()) > 0
     return model
@@ -181,13 +185,8 @@ def test_logits_equal_transformers_with_other_norm_epsilon_and_rope_base():
     sizes = ModelSizes(hidden_size=32, intermediate_size=48, num_heads=4, num_kv_heads=2,
                        rms_norm_eps=0.05, rope_theta=100.0)
     torch.manual_seed(0)
-    hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**sizes.hf_config_kwargs()))
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            p.copy_(0.5 + torch.rand(p.shape, generator=gen) if "norm" in name
-                    else 0.15 * torch.randn(p.shape, generator=gen))
-    hf.eval()
+    hf = _redraw(transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(**sizes.hf_config_kwargs())), seed=1).eval()
     model = load_hf_state_dict(Qwen2(sizes, rngs=nnx.Rngs(0)), hf.state_dict())
     tokens, mask, positions = _batch(sizes.vocab_size, seed=5)
     ref = _hf_logits(hf, tokens, mask, positions)

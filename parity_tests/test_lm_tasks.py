@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from grpospec.lm import (
     END,
+    PAD,
+    SCRATCH,
     LMConfig,
     decode,
     encode,
@@ -25,6 +27,7 @@ from grpospec.lm import (
     reference_reward,
 )
 from jaxgrpo import lm_tasks as jt
+from parity_tests.test_lm_sampling import chi2_critical
 from torchref import lm_tasks as tt
 
 L = 8
@@ -186,7 +189,7 @@ def test_number_tokens_are_the_decimal_digits(framework):
     xs = [0, 7, 10, 99, 100, 1234, 19998, 123456789, 987654321, 999999999]
     mod, arr = (jt, jnp.asarray) if framework == "jax" else (tt, torch.as_tensor)
     digits, n = (np.asarray(t) for t in mod.number_tokens(arr(np.asarray(xs)), 9))
-    want = [[int(c) for c in str(x)] + [14] * (9 - len(str(x))) for x in xs]
+    want = [[int(c) for c in str(x)] + [PAD] * (9 - len(str(x))) for x in xs]
     np.testing.assert_array_equal(digits, want)
     np.testing.assert_array_equal(n, [len(str(x)) for x in xs])
     assert digits.dtype == (np.int32 if framework == "jax" else np.int64)
@@ -244,7 +247,7 @@ def test_corpus_near_answers_go_either_way_and_never_below_zero(framework):
     assert abs(up - 0.5) < 4 * np.sqrt(0.25 / (s > 0).sum()), up
     ends = np.argmax(demos == END, axis=1)
     after = np.arange(demos.shape[1])[None, :] > ends[:, None]
-    assert (demos[after] == 14).all() and after.any()  # PAD
+    assert (demos[after] == PAD).all() and after.any()
 
 
 @pytest.mark.parametrize("framework", ["jax", "torch"])
@@ -259,9 +262,8 @@ def test_corpus_random_answers_are_uniform_on_their_range(framework, digits):
     numbers = np.array([parse_completion(decode(d))[0] for d in demos])
     assert numbers.min() == 0 and numbers.max() == top
     counts = np.bincount(numbers, minlength=top + 1)
-    df = top
     chi2 = ((counts - 100) ** 2 / 100).sum()
-    assert chi2 < df * (1 - 2 / (9 * df) + 3.719 * np.sqrt(2 / (9 * df))) ** 3, chi2
+    assert chi2 < chi2_critical(top), chi2
 
 
 @pytest.mark.parametrize("framework", ["jax", "torch"])
@@ -273,7 +275,7 @@ def test_corpus_scratch_is_cut_to_fit_the_completion(framework):
     parsed = [parse_completion(decode(d)) for d in demos]
     assert all(p[2] for p in parsed)
     for (number, length, _), d in zip(parsed, demos, strict=True):
-        assert length <= 8 and list(d[len(str(number)):length - 1]) == [13] * (
+        assert length <= 8 and list(d[len(str(number)):length - 1]) == [SCRATCH] * (
             length - 1 - len(str(number)))
     lengths = np.array([p[1] for p in parsed])
     width = np.array([len(str(p[0])) for p in parsed])
