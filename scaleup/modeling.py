@@ -143,7 +143,21 @@ def add_lora(model, cfg: TrainConfig) -> PeftModel:
             raise ModelLoadError(f"--lora-targets {cfg.lora_targets!r}: {e}") from None
     if cfg.gradient_checkpointing:
         enable_activation_checkpointing(peft_model)
+    peft_model.get_output_embeddings().register_forward_pre_hook(contiguous_input)
     return peft_model.eval()
+
+
+def contiguous_input(module, args):
+    """Forward pre-hook of the LM head (``add_lora`` registers it): its input made contiguous.
+
+    ``generate``'s prefill passes the head ``hidden[:, -1:, :]``, a strided view. With the
+    head's weight frozen (``requires_grad=False``, as LoRA leaves it), ``F.linear`` on a
+    strided 3-D input does not fold it into one 2-D product: it runs a batched product with
+    the weight expanded to every row, which the CPU copies (64 prompts of the 0.5B
+    model's 151,936-way bf16 head: a 17 GB copy taking 47 s, once per ``generate`` call,
+    measured 2026-12-07). A contiguous input is one (rows, hidden) x (hidden, vocab)
+    product; a contiguous input passes through as it is."""
+    return (args[0].contiguous(), *args[1:])
 
 
 def enable_activation_checkpointing(peft_model) -> None:
