@@ -43,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--sample-batches", default="32,64", help="B*G for sampling (default 32,64)")
     p.add_argument("--sample-tokens", default="64", help="new tokens for sampling (default 64)")
     p.add_argument("--sample-dtype", default="bfloat16", help="sampling dtype (default bf16)")
+    p.add_argument("--sample-repeats", type=int, default=1,
+                   help="R > 1: the engine and HF side by side, R interleaved rounds of "
+                        "sampling; medians of the rates and of the rounds' ratios (default 1)")
     p.add_argument("--step-model", default="tiny", choices=("tiny", "0.5b"),
                    help="model of the GRPO step comparison (default tiny, head_dim 64)")
     p.add_argument("--step-dtype", default="float32", choices=("float32", "bfloat16"),
@@ -83,12 +86,17 @@ def save_model(folder: Path, sizes: str, dtype: torch.dtype) -> Path:
 
 # ---------------------------------------------------------------- sampling
 def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=False,
-                   threads=1) -> list[dict]:
+                   threads=1, repeats=1) -> list[dict]:
     """Tokens/s of HF ``generate`` on the peft model (as ``--rollout hf`` samples), of HF
     ``generate`` with the adapter merged into the weights (a plain model's speed), and of
-    the ``--rollout vllm`` engine (merged weights), on the same prompts. HF runs first:
-    its prefill over 64 prompts of the 0.5B model peaked at about 10 GB here, which with
-    the engine's memory beside it ran the 24 GiB machine out of memory."""
+    the ``--rollout vllm`` engine (merged weights), on the same prompts.
+
+    The engine starts first (KV cache 0.05 of RAM), then ``repeats`` rounds, each an HF
+    pass, an HF pass merged and a vLLM pass of every case on fresh prompts (vLLM first in
+    odd rounds), so each vLLM pass is paired with HF passes of the same minutes; a case's
+    rates are medians over the rounds, its ratios the medians of the rounds' ratios.
+    (Until ``add_lora`` made the head's input contiguous, HF's prefill over 64 prompts of
+    the 0.5B model took 17 GB, and the HF passes ran before the engine started.)"""
     from transformers import AutoModelForCausalLM
 
     from scaleup.config import TrainConfig
@@ -100,8 +108,10 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
     model = add_lora(AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), cfg)
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
-    cases = [(n, new, torch.randint(0, 256, (n, prompt_len), generator=g))
-             for n in batches for new in lengths]
+    cases = [(n, new) for n in batches for new in lengths]
+
+    def draw(n):  # fresh prompts for each case and round, so no pass reuses another's
+        return torch.randint(0, 256, (n, prompt_len), generator=g)
 
     def hf(prompts, new):  # every completion forced to ``new`` tokens
         gen = sampling_config(new, [model.config.eos_token_id], model.config.pad_token_id)
@@ -113,37 +123,63 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
         seconds = time.perf_counter() - t0
         return seconds, (out.shape[1] - prompt_len) * len(prompts)
 
-    rows = []
-    for n, new, prompts in cases:
+    def hf_both(prompts, new) -> dict:
         h_s, h_tok = hf(prompts, new)
         model.merge_adapter()
         m_s, m_tok = hf(prompts, new)
         model.unmerge_adapter()
-        rows.append({"batch": n, "new_tokens": new, "hf_tokens_per_s": h_tok / h_s,
-                     "hf_s": h_s, "hf_merged_tokens_per_s": m_tok / m_s, "hf_merged_s": m_s})
-    t0 = time.perf_counter()
-    sampler = VllmSampler(str(folder), dtype, torch.device("cpu"), 16,
-                          prompt_len + max(lengths) + 8, 0.05, enforce_eager=eager,
-                          threads=threads)
-    startup = time.perf_counter() - t0
-    sampler.sync(model)
-    vllm = sampler._vllm
-    for row, (_, new, prompts) in zip(rows, cases, strict=True):
-        params = vllm.SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, max_tokens=new,
-                                     min_tokens=new, ignore_eos=True, logprobs=0,
-                                     detokenize=False)
-        reqs = [{"prompt_token_ids": p.tolist()} for p in prompts]
-        # a warm-up call first: the first batch compiles
-        sampler.llm.generate(reqs[:2], params, use_tqdm=False, lora_request=sampler.lora)
+        return {"hf": h_tok / h_s, "hf_merged": m_tok / m_s}
+
+    def start_engine():
         t0 = time.perf_counter()
-        outs = sampler.llm.generate(reqs, params, use_tqdm=False, lora_request=sampler.lora)
-        v_s = time.perf_counter() - t0
-        v_tok = sum(len(o.outputs[0].token_ids) for o in outs)
-        row.update(vllm_tokens_per_s=v_tok / v_s, vllm_s=v_s,
-                   vllm_over_hf=(v_tok / v_s) / row["hf_tokens_per_s"],
-                   vllm_over_hf_merged=(v_tok / v_s) / row["hf_merged_tokens_per_s"])
-        print(json.dumps(row), flush=True)
+        sampler = VllmSampler(str(folder), dtype, torch.device("cpu"), 16,
+                              prompt_len + max(lengths) + 8, 0.05, enforce_eager=eager,
+                              threads=threads)
+        startup = time.perf_counter() - t0
+        sampler.sync(model)
+        params = {new: sampler._vllm.SamplingParams(
+            temperature=1.0, top_k=-1, top_p=1.0, max_tokens=new, min_tokens=new,
+            ignore_eos=True, logprobs=0, detokenize=False) for new in lengths}
+        for _, new in cases:  # a warm-up call first: the first batch compiles
+            sampler.llm.generate([{"prompt_token_ids": p.tolist()} for p in draw(2)],
+                                 params[new], use_tqdm=False, lora_request=sampler.lora)
+        return sampler, params, startup
+
+    def vllm_rate(sampler, params, prompts, new) -> float:
+        reqs = [{"prompt_token_ids": p.tolist()} for p in prompts]
+        sampler.llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        outs = sampler.llm.generate(reqs, params[new], use_tqdm=False,
+                                    lora_request=sampler.lora)
+        return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t0)
+
+    runs = [[] for _ in cases]  # per case, per round: {"hf", "hf_merged", "vllm"} tokens/s
+    sampler, params, startup = start_engine()
+    for r in range(repeats):
+        for run, (n, new) in zip(runs, cases, strict=True):
+            prompts = draw(n)
+            if r % 2 == 0:  # the order alternates, so a steady drift cancels in pairs
+                rate = hf_both(prompts, new)
+                rate["vllm"] = vllm_rate(sampler, params, prompts, new)
+            else:
+                rate = {"vllm": vllm_rate(sampler, params, prompts, new)}
+                rate.update(hf_both(prompts, new))
+            run.append(rate)
+            print(json.dumps({"round": r, "batch": n, "new_tokens": new,
+                              **{k: round(v, 1) for k, v in rate.items()}}), flush=True)
     sampler.close()
+    rows = []
+    for run, (n, new) in zip(runs, cases, strict=True):
+        med = {k: statistics.median(x[k] for x in run) for k in ("hf", "hf_merged", "vllm")}
+        row = {"batch": n, "new_tokens": new, "rounds": len(run),
+               "hf_tokens_per_s": med["hf"], "hf_merged_tokens_per_s": med["hf_merged"],
+               "vllm_tokens_per_s": med["vllm"],
+               "vllm_over_hf": statistics.median(x["vllm"] / x["hf"] for x in run),
+               "vllm_over_hf_merged": statistics.median(x["vllm"] / x["hf_merged"]
+                                                        for x in run),
+               "runs": run}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return [{"vllm_startup_s": startup}, *rows]
 
 
@@ -283,6 +319,8 @@ def bench_trl(folder, args) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.sample_repeats < 1:
+        raise SystemExit(f"--sample-repeats: expected an integer >= 1, got {args.sample_repeats}")
     torch.set_num_threads(args.threads)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.quick:
@@ -297,7 +335,7 @@ def main(argv=None) -> dict:
             result["sampling"] = bench_sampling(
                 folder, dtype, [int(x) for x in args.sample_batches.split(",")],
                 [int(x) for x in args.sample_tokens.split(",")], eager=args.vllm_eager,
-                threads=args.threads)
+                threads=args.threads, repeats=args.sample_repeats)
         if "steps" not in skip:
             folder = save_model(tmp / "step_model", args.step_model,
                                 getattr(torch, args.step_dtype))
@@ -327,6 +365,11 @@ def main(argv=None) -> dict:
                   f"{r['hf_merged_tokens_per_s']:.1f} | {r['vllm_tokens_per_s']:.1f} | "
                   f"{r['vllm_over_hf']:.2f}x | {r['vllm_over_hf_merged']:.2f}x |")
         print(f"(vLLM engine start: {result['sampling'][0]['vllm_startup_s']:.1f} s)")
+        if args.sample_repeats > 1:
+            print(f"({args.sample_repeats} interleaved rounds: rates are medians, ratios the "
+                  "medians of the rounds' ratios; each round's vLLM / HF (peft): "
+                  + "; ".join(", ".join(f"{x['vllm'] / x['hf']:.2f}" for x in r["runs"])
+                              for r in result["sampling"][1:]) + ")")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -284,6 +284,33 @@ def test_rollout_benchmark_runs_its_smoke_mode(tmp_path, monkeypatch):
 
 
 @needs_vllm
+def test_rollout_benchmark_repeats_sampling_in_rounds(monkeypatch):
+    """``--sample-repeats 3``: the engine beside the HF model, three rounds; a case's rates
+    are the medians over its rounds and its ratios the medians of the rounds' ratios."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.modules.pop("bench_rollout", None)
+    import bench_rollout
+
+    result = bench_rollout.main(["--quick", "--vllm-eager", "--skip", "steps,trl",
+                                 "--sample-repeats", "3"])
+    (row,) = result["sampling"][1:]
+    assert row["rounds"] == len(row["runs"]) == 3
+    for key, run_key in (("hf_tokens_per_s", "hf"), ("hf_merged_tokens_per_s", "hf_merged"),
+                         ("vllm_tokens_per_s", "vllm")):
+        rates = [r[run_key] for r in row["runs"]]
+        assert all(math.isfinite(x) and x > 0 for x in rates), key
+        assert row[key] == statistics.median(rates)
+    assert row["vllm_over_hf"] == statistics.median(r["vllm"] / r["hf"] for r in row["runs"])
+    assert row["vllm_over_hf_merged"] == statistics.median(
+        r["vllm"] / r["hf_merged"] for r in row["runs"])
+    with pytest.raises(SystemExit, match="--sample-repeats: expected an integer >= 1, got 0"):
+        bench_rollout.main(["--quick", "--sample-repeats", "0"])
+
+
+@needs_vllm
 def test_rollout_benchmark_interleaves_the_two_trainers(monkeypatch):
     """``--interleave``: both trainers loaded at once, steps alternating; a paired ratio per
     step after the first, and every step of both ran on the threads asked for (the
