@@ -44,8 +44,8 @@ def parse_args(argv=None):
     p.add_argument("--sample-tokens", default="64", help="new tokens for sampling (default 64)")
     p.add_argument("--sample-dtype", default="bfloat16", help="sampling dtype (default bf16)")
     p.add_argument("--sample-repeats", type=int, default=1,
-                   help="R > 1: the engine and HF side by side, R interleaved rounds of "
-                        "sampling; medians of the rates and of the rounds' ratios (default 1)")
+                   help="rounds of sampling, each HF, HF merged and vLLM on fresh prompts; "
+                        "medians of the rates and of the rounds' ratios (default 1)")
     p.add_argument("--step-model", default="tiny", choices=("tiny", "0.5b"),
                    help="model of the GRPO step comparison (default tiny, head_dim 64)")
     p.add_argument("--step-dtype", default="float32", choices=("float32", "bfloat16"),

@@ -155,8 +155,8 @@ def contiguous_input(module, args):
     strided 3-D input does not fold it into one 2-D product: it runs a batched product with
     the weight expanded to every row, which the CPU copies (64 prompts of the 0.5B
     model's 151,936-way bf16 head: a 17 GB copy taking 47 s, once per ``generate`` call,
-    measured 2026-12-07). A contiguous input is one (rows, hidden) x (hidden, vocab)
-    product; a contiguous input passes through as it is."""
+    measured 2026-12-07). Made contiguous, it is one (rows, hidden) x (hidden, vocab)
+    product; an input that is contiguous already passes as it is."""
     return (args[0].contiguous(), *args[1:])
 
 
