@@ -84,6 +84,55 @@ def save_model(folder: Path, sizes: str, dtype: torch.dtype) -> Path:
     return folder
 
 
+# ---------------------------------------------------------------- the products' ceiling
+LARGE_ROWS = 1024  # rows of the product that gives torch's best rate (a training micro-batch)
+
+
+def dense_products(model) -> dict[tuple[int, int], list[torch.Tensor]]:
+    """The dense products of one decoded token: ``(in, out) -> weights`` of that shape, one
+    per ``nn.Linear`` of the model (each decoder layer's q, k, v, o, gate, up and down
+    projections, and the LM head); a peft model's LoRA factors are left out (a merged model
+    has none; unmerged they add ``2 r (in + out)`` FLOPs a layer, about 1% at r=16)."""
+    shapes: dict[tuple[int, int], list[torch.Tensor]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and "lora_" not in name:
+            shapes.setdefault((module.in_features, module.out_features), []).append(
+                module.weight)
+    return shapes
+
+
+def flops_per_token(products: dict[tuple[int, int], list[torch.Tensor]]) -> float:
+    """FLOPs of one token's dense products: ``sum 2 * in * out`` (attention's own products
+    over the context, about 1% here at 160 positions, are not counted)."""
+    return float(sum(2 * n_in * n_out * len(ws) for (n_in, n_out), ws in products.items()))
+
+
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def product_rate(products: dict[tuple[int, int], list[torch.Tensor]], rows: int,
+                 repeats: int = 3, timer=_seconds) -> float:
+    """FLOP/s of torch's product ``x @ W.T`` (``F.linear``, as ``nn.Linear`` runs it) with
+    ``x`` of ``rows`` contiguous rows in the weights' dtype, over one token's dense
+    products: each shape timed ``repeats`` times after a warm-up call (the fastest kept)
+    and counted once per weight of that shape. ``rows`` = B*G is a decode step's product;
+    a large ``rows`` gives the kernel's best rate on this machine."""
+    flops = seconds = 0.0
+    with torch.no_grad():
+        for (n_in, _), weights in products.items():
+            w = weights[0]
+            x = torch.randn(rows, n_in, dtype=w.dtype)
+            torch.nn.functional.linear(x, w)  # warm-up
+            best = min(timer(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
+                       for _ in range(repeats))
+            seconds += best * len(weights)
+            flops += 2.0 * rows * w.numel() * len(weights)
+    return flops / seconds
+
+
 # ---------------------------------------------------------------- sampling
 def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=False,
                    threads=1, repeats=1) -> list[dict]:
@@ -95,6 +144,14 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
     pass, an HF pass merged and a vLLM pass of every case on fresh prompts (vLLM first in
     odd rounds), so each vLLM pass is paired with HF passes of the same minutes; a case's
     rates are medians over the rounds, its ratios the medians of the rounds' ratios.
+
+    Each round also times torch's dense products of one decoded token (:func:`product_rate`)
+    at B*G rows and at ``LARGE_ROWS``: the faster, over :func:`flops_per_token`, is the
+    *products-only* rate, the tokens/s of a sampler that did nothing but those products
+    at the best rate torch reaches here; over HF's it bounds what any sampler built on
+    such products could gain on this machine (vLLM's CPU kernels are oneDNN's, as torch's
+    are, with the weights prepacked: it shows as a share of that rate, which could pass
+    100% only with products faster than torch's best).
     (Until ``add_lora`` made the head's input contiguous, HF's prefill over 64 prompts of
     the 0.5B model took 17 GB, and the HF passes ran before the engine started.)"""
     from transformers import AutoModelForCausalLM
@@ -109,6 +166,8 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
     cases = [(n, new) for n in batches for new in lengths]
+    products = dense_products(model)
+    token_flops = flops_per_token(products)
 
     def draw(n):  # fresh prompts for each case and round, so no pass reuses another's
         return torch.randint(0, 256, (n, prompt_len), generator=g)
@@ -153,6 +212,10 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
                                     lora_request=sampler.lora)
         return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t0)
 
+    def ceiling(rate: dict) -> float:  # a round's products-only tokens/s
+        best = max(rate["products_gflops"], rate["products_gflops_large"])
+        return best * 1e9 / token_flops
+
     runs = [[] for _ in cases]  # per case, per round: {"hf", "hf_merged", "vllm"} tokens/s
     sampler, params, startup = start_engine()
     for r in range(repeats):
@@ -164,6 +227,8 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
             else:
                 rate = {"vllm": vllm_rate(sampler, params, prompts, new)}
                 rate.update(hf_both(prompts, new))
+            rate["products_gflops"] = product_rate(products, n) / 1e9
+            rate["products_gflops_large"] = product_rate(products, LARGE_ROWS) / 1e9
             run.append(rate)
             print(json.dumps({"round": r, "batch": n, "new_tokens": new,
                               **{k: round(v, 1) for k, v in rate.items()}}), flush=True)
@@ -177,6 +242,14 @@ def bench_sampling(folder: Path, dtype, batches, lengths, prompt_len=32, eager=F
                "vllm_over_hf": statistics.median(x["vllm"] / x["hf"] for x in run),
                "vllm_over_hf_merged": statistics.median(x["vllm"] / x["hf_merged"]
                                                         for x in run),
+               "gflop_per_token": token_flops / 1e9,
+               "products_gflops": statistics.median(x["products_gflops"] for x in run),
+               "products_gflops_large": statistics.median(x["products_gflops_large"]
+                                                          for x in run),
+               "products_only_tokens_per_s": statistics.median(ceiling(x) for x in run),
+               "products_only_over_hf": statistics.median(ceiling(x) / x["hf"] for x in run),
+               "vllm_share_of_products_only": statistics.median(x["vllm"] / ceiling(x)
+                                                                for x in run),
                "runs": run}
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -365,6 +438,13 @@ def main(argv=None) -> dict:
                   f"{r['hf_merged_tokens_per_s']:.1f} | {r['vllm_tokens_per_s']:.1f} | "
                   f"{r['vllm_over_hf']:.2f}x | {r['vllm_over_hf_merged']:.2f}x |")
         print(f"(vLLM engine start: {result['sampling'][0]['vllm_startup_s']:.1f} s)")
+        for r in result["sampling"][1:]:
+            print(f"(B*G {r['batch']}: the dense products, {r['gflop_per_token']:.3f} GFLOP a "
+                  f"token, ran at {r['products_gflops']:.0f} GFLOP/s in torch at {r['batch']} "
+                  f"rows, {r['products_gflops_large']:.0f} at {LARGE_ROWS}: a sampler doing "
+                  f"nothing else would give {r['products_only_tokens_per_s']:.0f} tok/s, "
+                  f"{r['products_only_over_hf']:.2f}x HF (peft); vLLM reached "
+                  f"{100 * r['vllm_share_of_products_only']:.0f}% of it)")
         if args.sample_repeats > 1:
             print(f"({args.sample_repeats} interleaved rounds: rates are medians, ratios the "
                   "medians of the rounds' ratios; each round's vLLM / HF (peft): "

@@ -306,6 +306,17 @@ def test_rollout_benchmark_repeats_sampling_in_rounds(monkeypatch):
     assert row["vllm_over_hf"] == statistics.median(r["vllm"] / r["hf"] for r in row["runs"])
     assert row["vllm_over_hf_merged"] == statistics.median(
         r["vllm"] / r["hf_merged"] for r in row["runs"])
+    # each round also timed the dense products (at B*G rows and at LARGE_ROWS); the faster
+    # over the FLOPs of a token is that round's products-only tokens/s
+    assert all(r["products_gflops"] > 0 and r["products_gflops_large"] > 0
+               for r in row["runs"])
+    only = [max(r["products_gflops"], r["products_gflops_large"]) / row["gflop_per_token"]
+            for r in row["runs"]]
+    assert row["products_only_tokens_per_s"] == pytest.approx(statistics.median(only))
+    assert row["products_only_over_hf"] == pytest.approx(statistics.median(
+        c / r["hf"] for c, r in zip(only, row["runs"], strict=True)))
+    assert row["vllm_share_of_products_only"] == pytest.approx(statistics.median(
+        r["vllm"] / c for c, r in zip(only, row["runs"], strict=True)))
     with pytest.raises(SystemExit, match="--sample-repeats: expected an integer >= 1, got 0"):
         bench_rollout.main(["--quick", "--sample-repeats", "0"])
 
