@@ -92,7 +92,8 @@ def dense_products(model) -> dict[tuple[int, int], list[torch.Tensor]]:
     """The dense products of one decoded token: ``(in, out) -> weights`` of that shape, one
     per ``nn.Linear`` of the model (each decoder layer's q, k, v, o, gate, up and down
     projections, and the LM head); a peft model's LoRA factors are left out (a merged model
-    has none; unmerged they add ``2 r (in + out)`` FLOPs a layer, about 1% at r=16)."""
+    has none; unmerged they add ``2 r (in + out)`` FLOPs a layer: 1.8% of the 0.5B model's
+    at r=16)."""
     shapes: dict[tuple[int, int], list[torch.Tensor]] = {}
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and "lora_" not in name:
