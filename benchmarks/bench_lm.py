@@ -15,7 +15,11 @@ arithmetic task; each run pretrains the base model, then 120 GRPO steps of 16 pr
   5. the same rows 1-2 for a smaller model (hidden 16, one layer, 8 prompts x 8), where
      the work per step is small and per-call overhead dominates the torch reference;
   6. for each model, the many seeds again over a seeds mesh of every CPU device (XLA
-     gives each its own thread; ``--xla_force_host_platform_device_count`` = the cores).
+     gives each its own thread; ``--xla_force_host_platform_device_count`` = the cores);
+  7. where a seed's compute goes: the forward and backward of the update's log-probs
+     (``--seeds`` vmapped, and one seed), the number of XLA kernels it runs, and the
+     same dense products alone (``products_seconds``): the floor no layout of the
+     model's other operations can go below.
 Prints a table of times and ratios (torch time / JAX time) and the machine it ran on.
 Timings are medians of ``--repeats`` runs. ``--quick`` shortens every run (a smoke test
 of the script).
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import time
 
@@ -40,6 +45,7 @@ from flax import nnx  # noqa: E402
 from grpospec.lm import LMConfig  # noqa: E402
 from jaxgrpo import lm  # noqa: E402
 from jaxgrpo.lm_tasks import sample_problems  # noqa: E402
+from jaxgrpo.qwen2 import Qwen2  # noqa: E402
 from jaxgrpo.sharding import make_mesh, sharded_train  # noqa: E402
 from torchref import lm as tlm  # noqa: E402
 
@@ -166,6 +172,106 @@ def _sampling_share(cfg: LMConfig, repeats: int) -> tuple[float, float]:
     return 1e3 * t_sample, 1e3 * per_step
 
 
+def dense_products(model: Qwen2) -> list[tuple[int, int]]:
+    """``(in, out)`` of each dense product a token goes through: every ``nnx.Linear``
+    kernel of the model (q, k, v, o, gate, up, down in each layer; the value head if it
+    has one) and the tied output head (hidden x vocab)."""
+    shapes = [tuple(node.kernel.shape) for _, node in nnx.iter_graph(model)
+              if isinstance(node, nnx.Linear)]
+    return shapes + [tuple(model.embed_tokens.embedding.shape[::-1])]
+
+
+def _fastest(fn, args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def products_seconds(shapes: list[tuple[int, int]], rows: int, n_seeds: int,
+                     backward: bool = True, repeats: int = 10) -> float:
+    """Seconds of a compiled program that does only the dense products of a forward of
+    ``rows`` tokens through ``shapes`` (``X W`` for each ``(in, out)``) and, with
+    ``backward``, the two products of its backward (``dY W^T``, ``X^T dY``), for
+    ``n_seeds`` seeds at once, each with its own weights (batched, as ``vmap`` makes
+    them); the fastest of ``repeats`` after a warm-up."""
+    operands = []
+    for i, (n_in, n_out) in enumerate(shapes):
+        kx, kw, ky = jax.random.split(jax.random.fold_in(jax.random.key(0), i), 3)
+        operands.append((jax.random.normal(kx, (n_seeds, rows, n_in)),
+                         jax.random.normal(kw, (n_seeds, n_in, n_out)),
+                         jax.random.normal(ky, (n_seeds, rows, n_out))))
+
+    @jax.jit
+    def products(operands):
+        out = []
+        for x, w, dy in operands:
+            out.append(jnp.einsum("snk,skm->snm", x, w))
+            if backward:
+                out += [jnp.einsum("snm,skm->snk", dy, w), jnp.einsum("snk,snm->skm", x, dy)]
+        return out
+
+    return _fastest(products, (operands,), repeats)
+
+
+def xla_kernels(hlo: str) -> int:
+    """The operations of a compiled program's entry computation (``hlo``: the text of
+    ``compiled.as_text()``) that run as kernels: everything but parameters, constants,
+    tuples and bitcasts (a fusion is one kernel; the computations it calls, listed before
+    the entry, are not counted)."""
+    entry = hlo[hlo.index("\nENTRY "):]
+    entry = entry[:entry.index("\n}")]
+    free = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
+    ops = [re.search(r" ([a-z][a-z0-9-]*)\(", line.split(" = ", 1)[1]).group(1)
+           for line in entry.splitlines()[1:] if " = " in line]
+    return sum(op not in free for op in ops)
+
+
+def update_core(cfg: LMConfig, n_seeds: int, repeats: int = 10) -> tuple[float, int, int]:
+    """``(seconds, XLA kernels, tokens a seed)`` of the gradient of the teacher-forced
+    log-probs (``completion_logprobs``, summed) of ``n_prompts * group_size`` completions,
+    the forward and backward of each inner epoch, for ``n_seeds`` vmapped seeds (each its
+    own initial weights); the fastest of ``repeats``."""
+    graphdef, _ = nnx.split(lm.make_model(cfg, jax.random.key(0)))
+    states = jax.vmap(lambda k: nnx.state(lm.make_model(cfg, k)))(
+        jax.random.split(jax.random.key(1), n_seeds))
+    rows = cfg.n_prompts * cfg.group_size
+    problems = sample_problems(jax.random.key(2), rows, cfg.digits)
+    completions = jax.random.randint(jax.random.key(3), (rows, cfg.length), 0,
+                                     cfg.model.vocab_size)
+
+    def grads(state):
+        def total(model):
+            return lm.completion_logprobs(model, problems.tokens, problems.mask,
+                                          completions).sum()
+        return nnx.grad(total)(nnx.merge(graphdef, state))
+
+    compiled = jax.jit(jax.vmap(grads)).lower(states).compile()
+    tokens = rows * (problems.tokens.shape[1] + cfg.length - 1)
+    return _fastest(compiled, (states,), repeats), xla_kernels(compiled.as_text()), tokens
+
+
+def _compute_split(cfg: LMConfig, n_seeds: int, repeats: int) -> str:
+    """The line of section 7, times in ms a seed."""
+    many, kernels, tokens = update_core(cfg, n_seeds, repeats)
+    one, _, _ = update_core(cfg, 1, repeats)
+    shapes = dense_products(lm.make_model(cfg, jax.random.key(0)))
+    fwd_bwd = products_seconds(shapes, tokens, n_seeds, True, repeats)
+    fwd = products_seconds(shapes, tokens, n_seeds, False, repeats)
+    flops = 6 * tokens * sum(a * b for a, b in shapes)
+    ms = 1e3 / n_seeds
+    return (f"a seed's forward and backward of the update's log-probs ({tokens} tokens): "
+            f"{many * ms:.2f} ms at {n_seeds} vmapped seeds, {1e3 * one:.2f} ms at one seed, "
+            f"{kernels} XLA kernels; its dense products alone {fwd_bwd * ms:.2f} ms "
+            f"({fwd_bwd / many:.0%} of it, {flops * n_seeds / fwd_bwd / 1e9:.0f} GFLOP/s); "
+            f"a step's products (sampling and reference forward at the forward's "
+            f"{fwd * ms:.2f} ms, two inner epochs' forward and backward): "
+            f"{(2 * fwd + 2 * fwd_bwd) * ms:.2f} ms a seed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=64, help="JAX seeds of the many-seed rows")
@@ -193,6 +299,7 @@ def main() -> None:
     rows = _speed_rows(cfg, "default", args.seeds, args.repeats)
     t_sample, t_step = _sampling_share(cfg, args.repeats)
     rows += _speed_rows(small, "small", args.seeds, args.repeats)
+    split = _compute_split(cfg, args.seeds, 3 if args.quick else 10)
 
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} "
@@ -209,6 +316,7 @@ def main() -> None:
           f"{learn_s:.1f} s for all 8 with compile")
     print(f"a compiled step of one seed: {t_step:.1f} ms, of which sampling "
           f"(generate, {cfg.n_prompts * cfg.group_size} completions) {t_sample:.1f} ms")
+    print(split)
     print()
     print("| case | time (s) | speed-up vs torch |")
     print("|---|---:|---:|")
