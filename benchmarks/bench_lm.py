@@ -181,31 +181,48 @@ def dense_products(model: Qwen2) -> list[tuple[int, int]]:
     return shapes + [tuple(model.embed_tokens.embedding.shape[::-1])]
 
 
-def _fastest(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # warm-up
-    times = []
+def looped(body, args: tuple, n: int):
+    """``(compiled, init)``: ``compiled(args, init)`` calls ``body(*args)`` ``n`` times in a
+    ``lax.scan`` and returns the last call's outputs (``init``: zeros of their shapes). The
+    inputs pass through ``optimization_barrier`` with the loop counter, so that XLA cannot
+    hoist the body out of the loop; the outputs are carried."""
+    init = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(body, *args))
+
+    def run(args, init):
+        def _iteration(carry, _):
+            i, _ = carry
+            inputs, i = jax.lax.optimization_barrier((args, i))
+            return (i + 1, body(*inputs)), None
+
+        return jax.lax.scan(_iteration, (jnp.int32(0), init), None, length=n)[0][1]
+
+    return jax.jit(run).lower(args, init).compile(), init
+
+
+def per_iteration_seconds(body, args: tuple, repeats: int = 5, short: int = 2,
+                          long: int = 12) -> float:
+    """Seconds of one call of ``body(*args)`` inside a compiled loop, as the training run's
+    ``lax.scan`` calls its step: ``(T(long) - T(short)) / (long - short)``, ``T(n)`` the
+    fastest of ``repeats`` runs (after a warm-up, interleaved) of ``looped(body, args, n)``.
+    (A top-level call pays for its buffers too: at 64 seeds the update's forward and
+    backward took 1.9x as long called alone as in a loop.)"""
+    programs = {n: looped(body, args, n) for n in (short, long)}
+    times: dict[int, list[float]] = {short: [], long: []}
+    for compiled, init in programs.values():
+        jax.block_until_ready(compiled(args, init))  # warm-up
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for n, (compiled, init) in programs.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(args, init))
+            times[n].append(time.perf_counter() - t0)
+    return (min(times[long]) - min(times[short])) / (long - short)
 
 
-def products_seconds(shapes: list[tuple[int, int]], rows: int, n_seeds: int,
-                     backward: bool = True, repeats: int = 10) -> float:
-    """Seconds of a compiled program that does only the dense products of a forward of
-    ``rows`` tokens through ``shapes`` (``X W`` for each ``(in, out)``) and, with
-    ``backward``, the two products of its backward (``dY W^T``, ``X^T dY``), for
-    ``n_seeds`` seeds at once, each with its own weights (batched, as ``vmap`` makes
-    them); the fastest of ``repeats`` after a warm-up."""
-    operands = []
-    for i, (n_in, n_out) in enumerate(shapes):
-        kx, kw, ky = jax.random.split(jax.random.fold_in(jax.random.key(0), i), 3)
-        operands.append((jax.random.normal(kx, (n_seeds, rows, n_in)),
-                         jax.random.normal(kw, (n_seeds, n_in, n_out)),
-                         jax.random.normal(ky, (n_seeds, rows, n_out))))
-
-    @jax.jit
+def products_body(backward: bool):
+    """The dense products of a forward (``X W`` for each ``(X, W, dY)`` of ``operands``)
+    and, with ``backward``, the two products of its backward (``dY W^T``, ``X^T dY``);
+    the leading axis of each operand is the seed (each its own weights, batched, as
+    ``vmap`` makes them)."""
     def products(operands):
         out = []
         for x, w, dy in operands:
@@ -214,7 +231,21 @@ def products_seconds(shapes: list[tuple[int, int]], rows: int, n_seeds: int,
                 out += [jnp.einsum("snm,skm->snk", dy, w), jnp.einsum("snk,snm->skm", x, dy)]
         return out
 
-    return _fastest(products, (operands,), repeats)
+    return products
+
+
+def products_seconds(shapes: list[tuple[int, int]], rows: int, n_seeds: int,
+                     backward: bool = True, repeats: int = 5) -> float:
+    """Seconds of only the dense products (``products_body``) of a forward (and
+    backward) of ``rows`` tokens through ``shapes``, ``(in, out)`` each, for ``n_seeds``
+    seeds at once, in a compiled loop (``per_iteration_seconds``)."""
+    operands = []
+    for i, (n_in, n_out) in enumerate(shapes):
+        kx, kw, ky = jax.random.split(jax.random.fold_in(jax.random.key(0), i), 3)
+        operands.append((jax.random.normal(kx, (n_seeds, rows, n_in)),
+                         jax.random.normal(kw, (n_seeds, n_in, n_out)),
+                         jax.random.normal(ky, (n_seeds, rows, n_out))))
+    return per_iteration_seconds(products_body(backward), (operands,), repeats)
 
 
 def xla_kernels(hlo: str) -> int:
@@ -230,11 +261,12 @@ def xla_kernels(hlo: str) -> int:
     return sum(op not in free for op in ops)
 
 
-def update_core(cfg: LMConfig, n_seeds: int, repeats: int = 10) -> tuple[float, int, int]:
+def update_core(cfg: LMConfig, n_seeds: int, repeats: int = 5) -> tuple[float, int, int]:
     """``(seconds, XLA kernels, tokens a seed)`` of the gradient of the teacher-forced
     log-probs (``completion_logprobs``, summed) of ``n_prompts * group_size`` completions,
     the forward and backward of each inner epoch, for ``n_seeds`` vmapped seeds (each its
-    own initial weights); the fastest of ``repeats``."""
+    own initial weights): seconds in a compiled loop (``per_iteration_seconds``), the
+    kernels of one call compiled alone (``xla_kernels``)."""
     graphdef, _ = nnx.split(lm.make_model(cfg, jax.random.key(0)))
     states = jax.vmap(lambda k: nnx.state(lm.make_model(cfg, k)))(
         jax.random.split(jax.random.key(1), n_seeds))
@@ -249,9 +281,9 @@ def update_core(cfg: LMConfig, n_seeds: int, repeats: int = 10) -> tuple[float, 
                                           completions).sum()
         return nnx.grad(total)(nnx.merge(graphdef, state))
 
-    compiled = jax.jit(jax.vmap(grads)).lower(states).compile()
+    kernels = xla_kernels(jax.jit(jax.vmap(grads)).lower(states).compile().as_text())
     tokens = rows * (problems.tokens.shape[1] + cfg.length - 1)
-    return _fastest(compiled, (states,), repeats), xla_kernels(compiled.as_text()), tokens
+    return per_iteration_seconds(jax.vmap(grads), (states,), repeats), kernels, tokens
 
 
 def _compute_split(cfg: LMConfig, n_seeds: int, repeats: int) -> str:
@@ -263,13 +295,13 @@ def _compute_split(cfg: LMConfig, n_seeds: int, repeats: int) -> str:
     fwd = products_seconds(shapes, tokens, n_seeds, False, repeats)
     flops = 6 * tokens * sum(a * b for a, b in shapes)
     ms = 1e3 / n_seeds
-    return (f"a seed's forward and backward of the update's log-probs ({tokens} tokens): "
-            f"{many * ms:.2f} ms at {n_seeds} vmapped seeds, {1e3 * one:.2f} ms at one seed, "
-            f"{kernels} XLA kernels; its dense products alone {fwd_bwd * ms:.2f} ms "
-            f"({fwd_bwd / many:.0%} of it, {flops * n_seeds / fwd_bwd / 1e9:.0f} GFLOP/s); "
-            f"a step's products (sampling and reference forward at the forward's "
-            f"{fwd * ms:.2f} ms, two inner epochs' forward and backward): "
-            f"{(2 * fwd + 2 * fwd_bwd) * ms:.2f} ms a seed")
+    return (f"a seed's forward and backward of the update's log-probs ({tokens} tokens, in "
+            f"a compiled loop): {many * ms:.2f} ms at {n_seeds} vmapped seeds, "
+            f"{1e3 * one:.2f} ms at one seed, {kernels} XLA kernels; its dense products "
+            f"alone {fwd_bwd * ms:.2f} ms ({fwd_bwd / many:.0%} of it, "
+            f"{flops * n_seeds / fwd_bwd / 1e9:.0f} GFLOP/s); a step's products (sampling "
+            f"and reference forward at the forward's {fwd * ms:.2f} ms, two inner epochs' "
+            f"forward and backward): {(2 * fwd + 2 * fwd_bwd) * ms:.2f} ms a seed")
 
 
 def main() -> None:
@@ -299,7 +331,7 @@ def main() -> None:
     rows = _speed_rows(cfg, "default", args.seeds, args.repeats)
     t_sample, t_step = _sampling_share(cfg, args.repeats)
     rows += _speed_rows(small, "small", args.seeds, args.repeats)
-    split = _compute_split(cfg, args.seeds, 3 if args.quick else 10)
+    split = _compute_split(cfg, args.seeds, 2 if args.quick else 5)
 
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; torch {torch.__version__} ({torch.get_num_threads()} "

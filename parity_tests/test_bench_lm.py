@@ -10,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from grpospec.lm import LMConfig
@@ -68,12 +70,28 @@ def test_xla_kernels_counts_the_entry_computations_kernels(bench):
     assert bench.xla_kernels(HLO) == 4
 
 
+def test_looped_body_returns_one_calls_outputs(bench):
+    """The loop that times a body repeats it without changing what it computes."""
+    x = jax.random.normal(jax.random.key(0), (3, 5, 4))
+    w = jax.random.normal(jax.random.key(1), (3, 4, 2))
+    dy = jax.random.normal(jax.random.key(2), (3, 5, 2))
+    body = bench.products_body(backward=True)
+    compiled, init = bench.looped(body, ([(x, w, dy)],), 3)
+    out = compiled(([(x, w, dy)],), init)
+    assert [o.shape for o in out] == [(3, 5, 2), (3, 5, 4), (3, 4, 2)]
+    np.testing.assert_allclose(out[0], x @ w, rtol=1e-5)
+    np.testing.assert_allclose(out[1], dy @ jnp.swapaxes(w, 1, 2), rtol=1e-5)
+    np.testing.assert_allclose(out[2], jnp.swapaxes(x, 1, 2) @ dy, rtol=1e-5)
+    assert len(bench.products_body(backward=False)([(x, w, dy)])) == 1
+
+
 def test_update_core_and_products_on_a_tiny_model(bench):
+    """A smoke test of the timed pieces (times on a busy machine are not asserted)."""
     cfg = LMConfig(hidden_size=8, intermediate_size=16, num_layers=1, num_heads=2,
                    num_kv_heads=1, n_prompts=2, group_size=2, pretrain_steps=0)
     seconds, kernels, tokens = bench.update_core(cfg, 2, repeats=1)
     assert tokens == 4 * (4 + 8 - 1)  # 4 rows of a 4-token prompt ("a+b=") and 8 - 1 tokens
     shapes = bench.dense_products(lm.make_model(cfg, jax.random.key(0)))
-    assert seconds > 0 and kernels > len(shapes)  # at least a product per dense layer
-    assert bench.products_seconds(shapes, tokens, 2, backward=True, repeats=1) > 0
-    assert bench.products_seconds(shapes, tokens, 2, backward=False, repeats=1) > 0
+    assert np.isfinite(seconds) and kernels > len(shapes)  # a product per dense layer at least
+    for backward in (True, False):
+        assert np.isfinite(bench.products_seconds(shapes, tokens, 2, backward, repeats=1))
