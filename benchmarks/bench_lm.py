@@ -19,7 +19,8 @@ arithmetic task; each run pretrains the base model, then 120 GRPO steps of 16 pr
   7. where a seed's compute goes: the forward and backward of the update's log-probs
      (``--seeds`` vmapped, and one seed), the number of XLA kernels it runs, and the
      same dense products alone (``products_seconds``): the floor no layout of the
-     model's other operations can go below.
+     model's other operations can go below (each the fastest of 5, inside a compiled
+     loop, as the run calls its step).
 Prints a table of times and ratios (torch time / JAX time) and the machine it ran on.
 Timings are medians of ``--repeats`` runs. ``--quick`` shortens every run (a smoke test
 of the script).

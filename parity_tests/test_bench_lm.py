@@ -79,9 +79,9 @@ def test_looped_body_returns_one_calls_outputs(bench):
     compiled, init = bench.looped(body, ([(x, w, dy)],), 3)
     out = compiled(([(x, w, dy)],), init)
     assert [o.shape for o in out] == [(3, 5, 2), (3, 5, 4), (3, 4, 2)]
-    np.testing.assert_allclose(out[0], x @ w, rtol=1e-5)
-    np.testing.assert_allclose(out[1], dy @ jnp.swapaxes(w, 1, 2), rtol=1e-5)
-    np.testing.assert_allclose(out[2], jnp.swapaxes(x, 1, 2) @ dy, rtol=1e-5)
+    np.testing.assert_allclose(out[0], x @ w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[1], dy @ jnp.swapaxes(w, 1, 2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[2], jnp.swapaxes(x, 1, 2) @ dy, rtol=1e-5, atol=1e-6)
     assert len(bench.products_body(backward=False)([(x, w, dy)])) == 1
 
 
